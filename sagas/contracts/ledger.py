@@ -1,0 +1,98 @@
+"""A capacity ledger: reserve / confirm / cancel units of something scarce.
+
+Product stock and course seats are both ledgers. Replies to the saga and domain events
+use the same payload types: a fact is a fact, whoever needs to hear it.
+"""
+
+from typing import Literal
+
+from pydantic import Field
+
+from sagas.messages import Message
+
+# --- commands ---------------------------------------------------------------------------
+
+
+class SetCapacity(Message):
+    """Set the number of units on hand (stock count, seats of a course)."""
+
+    TYPE = "ledger.SetCapacity"
+    on_hand: int = Field(ge=0)
+
+
+class Reserve(Message):
+    """Hold ``quantity`` units for ``reservation_id`` until confirmed, cancelled or expired."""
+
+    TYPE = "ledger.Reserve"
+    reservation_id: str
+    quantity: int = Field(gt=0)
+    ttl_seconds: float = Field(gt=0)
+
+
+class Confirm(Message):
+    """Turn a held reservation into a sale: the units leave ``on_hand`` for good."""
+
+    TYPE = "ledger.Confirm"
+    reservation_id: str
+
+
+class Cancel(Message):
+    """Compensation: release a held reservation, or give back the units of a confirmed one."""
+
+    TYPE = "ledger.Cancel"
+    reservation_id: str
+
+
+# --- facts (replies and domain events) ---------------------------------------------------
+
+
+class LedgerFact(Message):
+    """Every ledger fact carries the totals after it, so a projection needs no history."""
+
+    on_hand: int
+    reserved: int
+
+
+class CapacitySet(LedgerFact):
+    TYPE = "ledger.CapacitySet"
+
+
+class CapacitySetRefused(LedgerFact):
+    TYPE = "ledger.CapacitySetRefused"
+    requested: int
+    reason: str
+
+
+class Reserved(LedgerFact):
+    TYPE = "ledger.Reserved"
+    reservation_id: str
+    quantity: int
+    expires_at: str
+
+
+class ReservationRejected(LedgerFact):
+    TYPE = "ledger.ReservationRejected"
+    reservation_id: str
+    quantity: int
+    reason: str
+
+
+class Confirmed(LedgerFact):
+    TYPE = "ledger.Confirmed"
+    reservation_id: str
+    quantity: int
+
+
+class ConfirmRefused(LedgerFact):
+    TYPE = "ledger.ConfirmRefused"
+    reservation_id: str
+    reason: str
+
+
+class Released(LedgerFact):
+    """Units returned: a hold cancelled or expired, or a confirmed sale compensated."""
+
+    TYPE = "ledger.Released"
+    reservation_id: str
+    quantity: int
+    reason: Literal["cancelled", "expired", "refunded"]

@@ -1,0 +1,52 @@
+"""Payment participant contracts: authorize / capture / void against a gateway."""
+
+from decimal import Decimal
+
+from pydantic import Field
+
+from sagas.messages import Message
+
+
+class Authorize(Message):
+    TYPE = "payment.Authorize"
+    amount: Decimal = Field(ge=0)
+    method: str
+
+
+class Capture(Message):
+    TYPE = "payment.Capture"
+
+
+class Void(Message):
+    """Compensation: void an authorization, or refund a capture."""
+
+    TYPE = "payment.Void"
+
+
+class Authorized(Message):
+    TYPE = "payment.Authorized"
+    amount: Decimal
+    method: str
+
+
+class Declined(Message):
+    TYPE = "payment.Declined"
+    amount: Decimal
+    method: str
+    reason: str
+
+
+class Captured(Message):
+    TYPE = "payment.Captured"
+    amount: Decimal
+
+
+class CaptureRefused(Message):
+    TYPE = "payment.CaptureRefused"
+    reason: str
+
+
+class Voided(Message):
+    TYPE = "payment.Voided"
+    amount: Decimal
+    refunded: bool

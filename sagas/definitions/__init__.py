@@ -1,0 +1,1 @@
+"""Saga definitions: one module per business transaction."""

@@ -1,0 +1,75 @@
+"""What a saga or participant definition provides, and what it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from sagas.ids import derive_id
+from sagas.messages import Envelope, Message
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """A message to send on a logical channel (the services map channels to topics)."""
+
+    channel: str
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command or reply a decision asks to send; the machinery wraps it in an envelope."""
+
+    channel: str
+    key: str
+    message: Message
+    saga_id: str | None = None
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision(Generic[S]):
+    """The outcome of one message: new state, what to send, what became true."""
+
+    state: S
+    send: tuple[Command, ...] = ()
+    events: tuple[Message, ...] = ()
+    """Facts about this process's own entity, published to the domain-event topic."""
+    set_deadlines: dict[str, datetime] = field(default_factory=dict)
+    clear_deadlines: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a decision may know besides state and message."""
+
+    key: str
+    now: datetime
+    cause_id: str
+    saga_id: str | None = None
+    reply_to: str | None = None
+
+    def child_id(self, tag: str) -> str:
+        return derive_id(self.cause_id, tag)
+
+
+class Process(Protocol[S]):
+    """A saga or participant definition. Pure: no I/O, no clock, no randomness."""
+
+    name: str
+    """Logical channel this process listens on (``order-saga``, ``inventory``...)."""
+    entity_type: str
+    """The kind of entity its key names; its events are published under this type."""
+    state_type: type[S]
+
+    def initial(self, key: str) -> S: ...
+
+    def decide(self, state: S, message: Message, ctx: Context) -> Decision[S]: ...
+
+    def on_deadline(self, state: S, name: str, ctx: Context) -> Decision[S]: ...

@@ -1,0 +1,139 @@
+"""Apply one message to one key: the only function agents call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sagas.contracts.system import Tick
+from sagas.ids import derive_id
+from sagas.machinery.process import Command, Context, Decision, Outbound, Process
+from sagas.machinery.record import Record
+from sagas.messages import Envelope, Message
+
+EVENTS_CHANNEL = "events"
+DEFAULT_SEEN_WINDOW = 500
+
+
+@dataclass(frozen=True)
+class StepResult:
+    record: Record[Any]
+    outbound: tuple[Outbound, ...]
+    duplicate: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return not self.duplicate
+
+
+def step(
+    process: Process[Any],
+    record: Record[Any] | None,
+    envelope: Envelope,
+    now: datetime,
+    seen_window: int = DEFAULT_SEEN_WINDOW,
+) -> StepResult:
+    """Decide on ``envelope`` for its key and return the new record and what to send.
+
+    Raises :class:`~sagas.messages.ContractError` when the payload breaks its contract.
+    """
+    key = envelope.key
+    if record is None:
+        record = Record[process.state_type](state=process.initial(key))  # type: ignore[name-defined]
+    if envelope.message_id in record.seen:
+        return StepResult(record, (), duplicate=True)
+    message = envelope.message()
+    if isinstance(message, Tick):
+        return _fire_deadlines(process, record, key, now)
+    ctx = Context(
+        key=key,
+        now=now,
+        cause_id=envelope.message_id,
+        saga_id=envelope.saga_id,
+        reply_to=envelope.reply_to,
+    )
+    decision = process.decide(record.state, message, ctx)
+    seen = (*record.seen, envelope.message_id)[-seen_window:]
+    return _apply(process, record.model_copy(update={"seen": seen}), decision, ctx)
+
+
+def _fire_deadlines(
+    process: Process[Any], record: Record[Any], key: str, now: datetime
+) -> StepResult:
+    due = sorted((when, name) for name, when in record.deadlines.items() if when <= now)
+    outbound: list[Outbound] = []
+    for when, name in due:
+        # The id of a deadline's outputs derives from the deadline itself, so a repeated
+        # tick before the new state is stored re-creates the same messages.
+        ctx = Context(key=key, now=now, cause_id=derive_id(key, f"{name}@{when.isoformat()}"))
+        remaining = {n: w for n, w in record.deadlines.items() if n != name}
+        record = record.model_copy(update={"deadlines": remaining})
+        decision = process.on_deadline(record.state, name, ctx)
+        result = _apply(process, record, decision, ctx)
+        record = result.record
+        outbound.extend(result.outbound)
+    return StepResult(record, tuple(outbound))
+
+
+def _apply(
+    process: Process[Any], record: Record[Any], decision: Decision[Any], ctx: Context
+) -> StepResult:
+    deadlines = {n: w for n, w in record.deadlines.items() if n not in decision.clear_deadlines}
+    deadlines.update(decision.set_deadlines)
+    outbound = [_command(c, ctx, i) for i, c in enumerate(decision.send)]
+    sequence = record.sequence
+    for i, event in enumerate(decision.events):
+        sequence += 1
+        outbound.append(_event(process, event, ctx, i, sequence))
+    new = record.model_copy(
+        update={"state": decision.state, "sequence": sequence, "deadlines": deadlines}
+    )
+    return StepResult(new, tuple(outbound))
+
+
+def _command(command: Command, ctx: Context, index: int) -> Outbound:
+    envelope = Envelope.wrap(
+        command.message,
+        message_id=ctx.child_id(f"send/{index}"),
+        key=command.key,
+        occurred_at=ctx.now,
+        saga_id=command.saga_id or ctx.saga_id,
+        causation_id=ctx.cause_id,
+        reply_to=command.reply_to,
+    )
+    return Outbound(command.channel, envelope)
+
+
+def _event(
+    process: Process[Any], event: Message, ctx: Context, index: int, sequence: int
+) -> Outbound:
+    envelope = Envelope.wrap(
+        event,
+        message_id=ctx.child_id(f"event/{index}"),
+        key=entity_key(process.entity_type, ctx.key),
+        occurred_at=ctx.now,
+        saga_id=ctx.saga_id,
+        causation_id=ctx.cause_id,
+        entity_type=process.entity_type,
+        sequence=sequence,
+    )
+    return Outbound(EVENTS_CHANNEL, envelope)
+
+
+def entity_key(entity_type: str, entity_id: str) -> str:
+    """Key of an entity's stream on the domain-event topic."""
+    return f"{entity_type}:{entity_id}"
+
+
+def due_keys(records: Iterable[tuple[str, Record[Any]]], now: datetime) -> list[str]:
+    """Keys with at least one deadline due at ``now``."""
+    return [k for k, r in records if (d := r.next_deadline()) is not None and d <= now]
+
+
+def reply(ctx: Context, message: Message) -> tuple[Command, ...]:
+    """Answer the sender of the current command, if it asked for an answer."""
+    if ctx.reply_to is None or ctx.saga_id is None:
+        return ()
+    return (Command(ctx.reply_to, ctx.saga_id, message, saga_id=ctx.saga_id),)

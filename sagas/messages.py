@@ -1,0 +1,138 @@
+"""The envelope every Sagaline message travels in, and the registry of payload types.
+
+One envelope for commands, replies and domain events. Payload models subclass
+:class:`Message` and declare a unique ``TYPE``; the registry maps a type name back to its
+model so a record read from Kafka is validated against exactly one contract.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+SCHEMA_VERSION = 1
+
+
+class Message(BaseModel):
+    """A payload contract. Subclasses set ``TYPE`` (e.g. ``"ledger.Reserve"``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    TYPE: ClassVar[str] = ""
+    _registry: ClassVar[dict[str, type[Message]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.TYPE:
+            if cls.TYPE in Message._registry:
+                raise TypeError(f"message type {cls.TYPE!r} is declared twice")
+            Message._registry[cls.TYPE] = cls
+
+    @classmethod
+    def model_for(cls, type_name: str) -> type[Message]:
+        try:
+            return Message._registry[type_name]
+        except KeyError:
+            raise ContractError(f"unknown message type {type_name!r}") from None
+
+    @classmethod
+    def known_types(cls) -> dict[str, type[Message]]:
+        return dict(Message._registry)
+
+
+class ContractError(ValueError):
+    """A record that does not satisfy any message contract. Goes to the dead-letter topic."""
+
+
+class Envelope(BaseModel):
+    """Metadata common to every message, and the payload as validated JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    message_id: str
+    type: str
+    schema_version: int = SCHEMA_VERSION
+    key: str
+    """The partition key: the id of the entity (or saga) whose agent must handle it."""
+    saga_id: str | None = None
+    """Correlation id: the saga this message belongs to."""
+    causation_id: str | None = None
+    """The message that caused this one."""
+    reply_to: str | None = None
+    """Logical channel a participant answers on (commands only)."""
+    occurred_at: datetime
+    entity_type: str | None = None
+    """Domain events only: the kind of entity ``key`` names (``order``, ``product``...)."""
+    sequence: int | None = None
+    """Domain events only: 1, 2, 3... per entity, with no gaps."""
+    payload: dict[str, Any]
+
+    def message(self) -> Message:
+        """The payload validated against its contract; raises :class:`ContractError`."""
+        model = Message.model_for(self.type)
+        try:
+            return model.model_validate(self.payload)
+        except ValidationError as exc:
+            raise ContractError(f"{self.type}: {_describe(exc)}") from exc
+
+    def encode(self) -> bytes:
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str | None) -> Envelope:
+        """Parse a Kafka record value; raises :class:`ContractError` with a readable reason."""
+        if raw is None:
+            raise ContractError("empty record (no value)")
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ContractError(f"not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ContractError("not a JSON object")
+        try:
+            envelope = cls.model_validate(data)
+        except ValidationError as exc:
+            raise ContractError(f"bad envelope: {_describe(exc)}") from exc
+        if envelope.schema_version > SCHEMA_VERSION:
+            raise ContractError(
+                f"schema version {envelope.schema_version} is newer than {SCHEMA_VERSION}"
+            )
+        return envelope
+
+    @classmethod
+    def wrap(
+        cls,
+        message: Message,
+        *,
+        message_id: str,
+        key: str,
+        occurred_at: datetime,
+        saga_id: str | None = None,
+        causation_id: str | None = None,
+        reply_to: str | None = None,
+        entity_type: str | None = None,
+        sequence: int | None = None,
+    ) -> Envelope:
+        return cls(
+            message_id=message_id,
+            type=message.TYPE,
+            key=key,
+            saga_id=saga_id,
+            causation_id=causation_id,
+            reply_to=reply_to,
+            occurred_at=occurred_at,
+            entity_type=entity_type,
+            sequence=sequence,
+            payload=message.model_dump(mode="json"),
+        )
+
+
+def _describe(exc: ValidationError) -> str:
+    """A one-line, human-readable list of what is wrong."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "value"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,1 @@
+"""Participants: processes keyed by the entity they guard, answering saga commands."""
