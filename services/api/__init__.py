@@ -1,0 +1,1 @@
+"""The REST API: commands in (202 Accepted), read models out."""

@@ -1,0 +1,76 @@
+"""Order commands: place and cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header
+from pydantic import BaseModel
+
+from sagas.contracts.orders import CancelOrder, PlaceOrder
+from sagas.ids import derive_id
+from services.api.commands import command_id, dispatch
+from services.api.deps import BusDep
+from services.topics import ORDER_SAGA
+
+router = APIRouter(prefix="/orders", tags=["orders"])
+
+
+class OrderAccepted(BaseModel):
+    order_id: str
+    status: Literal["PENDING"] = "PENDING"
+
+
+class CancelAccepted(BaseModel):
+    order_id: str
+    status: Literal["CANCEL_REQUESTED"] = "CANCEL_REQUESTED"
+
+
+class CancelRequest(BaseModel):
+    reason: str = "cancelled by customer"
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=200,
+        description="Retries with the same key return the same order and start no second saga",
+    ),
+]
+
+
+@router.post("", status_code=202, response_model=OrderAccepted)
+async def place_order(
+    order: PlaceOrder, bus: BusDep, idempotency_key: IdempotencyKey = None
+) -> OrderAccepted:
+    order_id = command_id(f"order/{order.customer_id}", idempotency_key)
+    await dispatch(
+        bus,
+        ORDER_SAGA,
+        order,
+        key=order_id,
+        saga_id=order_id,
+        message_id=derive_id(order_id, "place"),
+    )
+    return OrderAccepted(order_id=order_id)
+
+
+@router.post("/{order_id}/cancel", status_code=202, response_model=CancelAccepted)
+async def cancel_order(
+    order_id: str,
+    bus: BusDep,
+    body: CancelRequest | None = None,
+    idempotency_key: IdempotencyKey = None,
+) -> CancelAccepted:
+    reason = (body or CancelRequest()).reason
+    message_id = command_id(f"cancel/{order_id}", idempotency_key)
+    await dispatch(
+        bus,
+        ORDER_SAGA,
+        CancelOrder(reason=reason),
+        key=order_id,
+        saga_id=order_id,
+        message_id=message_id,
+    )
+    return CancelAccepted(order_id=order_id)

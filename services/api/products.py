@@ -1,0 +1,35 @@
+"""Product commands: set stock."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Path
+from pydantic import BaseModel
+
+from sagas.contracts.ledger import SetCapacity
+from services.api.commands import command_id, dispatch
+from services.api.deps import BusDep
+from services.topics import INVENTORY
+
+router = APIRouter(prefix="/products", tags=["products"])
+
+ProductId = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")]
+
+
+class StockAccepted(BaseModel):
+    product_id: str
+    on_hand: int
+    status: Literal["ACCEPTED"] = "ACCEPTED"
+
+
+@router.put("/{product_id}/stock", status_code=202, response_model=StockAccepted)
+async def set_stock(
+    product_id: ProductId,
+    stock: SetCapacity,
+    bus: BusDep,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+) -> StockAccepted:
+    message_id = command_id(f"stock/{product_id}", idempotency_key)
+    await dispatch(bus, INVENTORY, stock, key=product_id, message_id=message_id)
+    return StockAccepted(product_id=product_id, on_hand=stock.on_hand)

@@ -1,0 +1,62 @@
+"""Send commands to Kafka from outside the worker (REST API, CLI, benchmarks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+
+from sagas.messages import Envelope
+from services.settings import Settings
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a record landed: its effects are projected once the projector passes it."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class CommandBus:
+    """An idempotent, acks=all producer: a retry can neither duplicate nor reorder a command."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=1,
+            request_timeout_ms=10_000,
+        )
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def send(self, channel: str, envelope: Envelope) -> Position:
+        """Send and wait for the broker's acknowledgement."""
+        topic = self.settings.topic(channel)
+        meta = await self._producer.send_and_wait(
+            topic, envelope.encode(), key=envelope.key.encode()
+        )
+        return Position(topic, meta.partition, meta.offset)
+
+    async def send_many(self, items: list[tuple[str, Envelope]]) -> list[Position]:
+        """Send a batch, then wait for all acknowledgements (fast path for benchmarks)."""
+        futures = [
+            (
+                self.settings.topic(ch),
+                await self._producer.send(self.settings.topic(ch), e.encode(), key=e.key.encode()),
+            )
+            for ch, e in items
+        ]
+        positions = []
+        for topic, fut in futures:
+            meta = await fut
+            positions.append(Position(topic, meta.partition, meta.offset))
+        return positions

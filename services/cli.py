@@ -1,0 +1,103 @@
+"""The ``sagaline`` command line: topics, worker, api, demo."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+
+from services.settings import get_settings
+
+
+def _logging() -> None:
+    logging.basicConfig(
+        level=get_settings().log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@click.group()
+def main() -> None:
+    """Sagaline: sagas over Kafka, and read models rebuilt from the event log."""
+
+
+@main.group()
+def topics() -> None:
+    """Declare and check Kafka topics."""
+
+
+@topics.command("create")
+def topics_create() -> None:
+    """Create every declared topic that does not exist yet (explicit partitions and retention)."""
+    from services.topics import create_topics, declared_topics
+
+    settings = get_settings()
+    created = asyncio.run(create_topics(settings))
+    for spec in declared_topics(settings):
+        mark = "created" if spec.name in created else "exists "
+        click.echo(f"{mark} {spec.name} partitions={spec.partitions} {spec.config}")
+
+
+@topics.command("check")
+def topics_check() -> None:
+    """Exit non-zero when a topic is missing or has another partition count than declared."""
+    from services.topics import TopicMismatch, check_topics
+
+    try:
+        asyncio.run(check_topics(get_settings()))
+    except TopicMismatch as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo("all topics match their declarations")
+
+
+@main.command()
+def worker() -> None:
+    """Run the Faust worker: the saga orchestrator and its participants."""
+    import faust
+
+    import sagas.contracts  # noqa: F401
+    from services.topics import TopicMismatch, check_topics
+    from services.wiring import build_processes
+    from services.worker.faust_app import create_app
+
+    settings = get_settings()
+    try:
+        asyncio.run(check_topics(settings))
+    except TopicMismatch as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from exc
+    app, _ = create_app(settings, build_processes(settings))
+    sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
+    faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+
+
+@main.command()
+def api() -> None:
+    """Run the REST API (uvicorn)."""
+    import uvicorn
+
+    from services.api.app import create_api
+
+    settings = get_settings()
+    _logging()
+    uvicorn.run(create_api(settings), host=settings.api_host, port=settings.api_port)
+
+
+@main.command()
+@click.option("--url", default=None, help="Base URL of the API (default: from settings)")
+@click.option("--timeout", default=60.0, help="Seconds to wait for the outcomes")
+def demo(url: str | None, timeout: float) -> None:
+    """Place a few orders through the API and print how each saga ended."""
+    from services.demo import run_demo
+
+    _logging()
+    settings = get_settings()
+    base = url or f"http://{settings.api_host}:{settings.api_port}"
+    ok = asyncio.run(run_demo(settings, base, timeout))
+    if not ok:
+        raise click.ClickException("some sagas did not reach a final status in time")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Follow the domain-event topic: how demo, tests and benchmarks see saga outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
+from sagas.messages import ContractError, Envelope
+from services.settings import Settings
+from services.topics import EVENTS
+
+
+@dataclass
+class Outcome:
+    status: str
+    reason: str | None
+    at: float
+    """Monotonic time when this process saw it."""
+
+
+@dataclass
+class EventTail:
+    """Reads the event topic from the end offsets at :meth:`start` (or the beginning)."""
+
+    settings: Settings
+    from_beginning: bool = False
+    events: list[Envelope] = field(default_factory=list)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+
+    async def start(self) -> None:
+        topic = self.settings.topic(EVENTS)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False
+        )
+        await self._consumer.start()
+        partitions = self._consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in partitions]
+        self._consumer.assign(tps)
+        if self.from_beginning:
+            await self._consumer.seek_to_beginning(*tps)
+        else:
+            for tp, offset in (await self._consumer.end_offsets(tps)).items():
+                self._consumer.seek(tp, offset)
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        await self._consumer.stop()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=100)
+            for records in batch.values():
+                for record in records:
+                    try:
+                        envelope = Envelope.decode(record.value)
+                    except ContractError:
+                        continue
+                    self.events.append(envelope)
+                    self._note_outcome(envelope, loop.time())
+
+    def _note_outcome(self, envelope: Envelope, at: float) -> None:
+        if envelope.type != OrderStatusChanged.TYPE or envelope.saga_id is None:
+            return
+        change = OrderStatusChanged.model_validate(envelope.payload)
+        if change.status in FINAL_STATUSES and envelope.saga_id not in self.outcomes:
+            self.outcomes[envelope.saga_id] = Outcome(change.status, change.reason, at)
+
+    async def wait_for(self, order_ids: Iterable[str], timeout: float) -> dict[str, Outcome]:
+        """Outcomes of ``order_ids``; returns what arrived when ``timeout`` runs out."""
+        wanted = set(order_ids)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline and not wanted <= self.outcomes.keys():
+            await asyncio.sleep(0.05)
+        return {i: self.outcomes[i] for i in wanted if i in self.outcomes}
+
+    def events_of(self, entity_key: str) -> list[Envelope]:
+        return [e for e in self.events if e.key == entity_key]

@@ -1,0 +1,108 @@
+"""Every topic Sagaline uses, declared once with its partitions and retention.
+
+``sagaline topics create`` creates them; the worker checks them at start and refuses to run
+when a topic is missing or its partition count differs from the declaration, because keyed
+state (tables, changelogs) is only correct while a key keeps its partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from services.settings import Settings
+
+# Logical channels: the saga core names these; each maps to one topic.
+ORDER_SAGA = "order-saga"
+INVENTORY = "inventory"
+PAYMENT = "payment"
+EVENTS = "events"
+DEAD_LETTERS = "deadletter"
+PROCESS_CHANNELS = (ORDER_SAGA, INVENTORY, PAYMENT)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def declared_topics(settings: Settings) -> list[TopicSpec]:
+    n = settings.partitions
+    commands = {"cleanup.policy": "delete", "retention.ms": str(settings.command_retention_ms)}
+    specs = [TopicSpec(settings.topic(ch), n, commands) for ch in PROCESS_CHANNELS]
+    specs.append(
+        TopicSpec(
+            settings.topic(EVENTS),
+            n,
+            {"cleanup.policy": "delete", "retention.ms": str(settings.event_retention_ms)},
+        )
+    )
+    specs.append(
+        TopicSpec(settings.topic(DEAD_LETTERS), 1, {"retention.ms": str(30 * 24 * 3600 * 1000)})
+    )
+    # Faust's table changelogs: compacted, one partition per source partition.
+    specs.extend(
+        TopicSpec(changelog_topic(settings, ch), n, {"cleanup.policy": "compact"})
+        for ch in PROCESS_CHANNELS
+    )
+    return specs
+
+
+def table_name(channel: str) -> str:
+    return f"{channel}-state"
+
+
+def changelog_topic(settings: Settings, channel: str) -> str:
+    return f"{settings.app_id}-{table_name(channel)}-changelog"
+
+
+class TopicMismatch(RuntimeError):
+    """A declared topic is missing or has another partition count than declared."""
+
+
+async def create_topics(settings: Settings) -> list[str]:
+    """Create every declared topic that does not exist yet; returns the names created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in declared_topics(settings) if s.name not in existing]
+        if missing:
+            await admin.create_topics(
+                [
+                    NewTopic(
+                        s.name, s.partitions, settings.replication_factor, topic_configs=s.config
+                    )
+                    for s in missing
+                ]
+            )
+        return [s.name for s in missing]
+    finally:
+        await admin.close()
+
+
+async def check_topics(settings: Settings) -> None:
+    """Raise :class:`TopicMismatch` naming every topic that is missing or mis-partitioned."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        specs = declared_topics(settings)
+        described = await admin.describe_topics([s.name for s in specs])
+    finally:
+        await admin.close()
+    found = {d["topic"]: len(d["partitions"]) for d in described if not d.get("error_code")}
+    problems = []
+    for spec in specs:
+        actual = found.get(spec.name)
+        if actual is None:
+            problems.append(f"{spec.name}: missing (run `sagaline topics create`)")
+        elif actual != spec.partitions:
+            problems.append(
+                f"{spec.name}: {actual} partitions, declared {spec.partitions}; keyed state "
+                "would move to other partitions, so the worker will not start"
+            )
+    if problems:
+        raise TopicMismatch("; ".join(problems))

@@ -1,0 +1,30 @@
+"""Build the saga and participant definitions from settings: the one place they are configured."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sagas.definitions.order_saga import OrderSaga
+from sagas.machinery.process import Process
+from sagas.participants.ledger import CapacityLedger
+from sagas.participants.payment import PaymentGateway, PaymentPolicy
+from services.settings import Settings
+from services.topics import INVENTORY, ORDER_SAGA, PAYMENT
+
+
+def build_processes(settings: Settings) -> list[Process[Any]]:
+    saga = OrderSaga(
+        name=ORDER_SAGA,
+        inventory=INVENTORY,
+        payments=PAYMENT,
+        step_timeout=timedelta(seconds=settings.step_timeout_s),
+        reservation_ttl=timedelta(seconds=settings.reservation_ttl_s),
+    )
+    inventory = CapacityLedger(name=INVENTORY, entity_type="product")
+    policy = PaymentPolicy(
+        decline_methods=settings.decline_methods,
+        max_amount=settings.payment_max_amount,
+        silent_methods=settings.silent_methods,
+    )
+    return [saga, inventory, PaymentGateway(name=PAYMENT, policy=policy)]

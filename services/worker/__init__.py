@@ -1,0 +1,1 @@
+"""The Faust worker: one generic agent per saga or participant, deadlines, dead letters."""

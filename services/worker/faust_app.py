@@ -1,0 +1,189 @@
+"""Assemble the Faust app: one topic, table and generic agent per process, plus deadlines.
+
+:func:`create_app` takes the processes it runs, so tests can pass other definitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+from faust.streams import _current_event
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from sagas.contracts.system import Tick
+from sagas.ids import derive_id
+from sagas.machinery.process import Process
+from sagas.messages import Envelope
+from services.settings import Settings
+from services.topics import DEAD_LETTERS, table_name
+from services.worker.metrics import Metrics
+from services.worker.runner import Incoming, ProcessRunner
+
+log = logging.getLogger(__name__)
+
+
+def _idempotent_settings(self: Any) -> dict[str, Any]:
+    # Faust enables idempotence only inside transactions; we want it always, so a producer
+    # retry can neither duplicate nor reorder records of one partition.
+    return {"acks": "all", "enable_idempotence": True}
+
+
+faust_aiokafka.Producer._settings_extra = _idempotent_settings
+
+
+@contextmanager
+def _in_event(event: Any) -> Iterator[None]:
+    """Make ``event`` Faust's current event: its table reads and writes use its partition."""
+    token = _current_event.set(weakref.ref(event) if event is not None else None)
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+class FaustTable:
+    """A Faust table seen through the runner's :class:`~services.worker.runner.Table` port."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def load(self, key: str, origin: Any) -> bytes | None:
+        with _in_event(origin):
+            value: bytes | None = self.table.get(key.encode())
+            return value
+
+    def store(self, key: str, value: bytes, origin: Any) -> None:
+        with _in_event(origin):
+            self.table[key.encode()] = value
+
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        for key, value in self.table.items():
+            yield key.decode(), value
+
+
+def create_app(
+    settings: Settings, processes: Sequence[Process[Any]], metrics: Metrics | None = None
+) -> tuple[faust.App, list[ProcessRunner]]:
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="rocksdb://" if settings.store == "rocksdb" else "memory://",
+        datadir=str(settings.data_dir),
+        topic_partitions=settings.partitions,
+        processing_guarantee="at_least_once",
+        producer_acks=-1,
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        web_port=settings.worker_web_port,
+        web_host="127.0.0.1",
+        table_cleanup_interval=3600.0,
+    )
+    metrics = metrics or Metrics()
+    runners = [_register(app, settings, process, metrics) for process in processes]
+    _register_deadline_timer(app, settings, runners)
+    _register_metrics(app, metrics)
+    return app, runners
+
+
+def _register(
+    app: faust.App, settings: Settings, process: Process[Any], metrics: Metrics
+) -> ProcessRunner:
+    topic = app.topic(settings.topic(process.name), key_type=bytes, value_type=bytes)
+    table = app.Table(
+        table_name(process.name),
+        partitions=settings.partitions,
+        key_type=bytes,
+        value_type=bytes,
+    )
+
+    async def send(topic_name: str, key: bytes, value: bytes) -> Any:
+        return await app.producer.send(topic_name, key, value, None, None, None)
+
+    runner = ProcessRunner(
+        process=process,
+        table=FaustTable(table),
+        send=send,
+        topic_for=settings.topic,
+        dead_letter_topic=settings.topic(DEAD_LETTERS),
+        metrics=metrics,
+        seen_window=settings.seen_window,
+    )
+    within = settings.batch_within_ms / 1000
+
+    async def agent(stream: Any) -> None:
+        async for events in stream.take_events(settings.batch_size, within):
+            batch = [
+                Incoming(
+                    topic=e.message.topic,
+                    partition=e.message.partition,
+                    offset=e.message.offset,
+                    key=e.key,
+                    value=e.value,
+                    origin=e,
+                )
+                for e in events
+            ]
+            await runner.handle_batch(batch)
+
+    app.agent(topic, name=process.name)(agent)
+    runner.faust_table = table  # type: ignore[attr-defined]
+    return runner
+
+
+def _register_deadline_timer(
+    app: faust.App, settings: Settings, runners: list[ProcessRunner]
+) -> None:
+    rescan_every = 60.0
+    last_scan = {"at": 0.0}
+
+    async def mark_stale(*args: Any, **kwargs: Any) -> None:
+        for runner in runners:
+            runner.deadlines.stale = True
+
+    app.on_rebalance_complete.connect(mark_stale)
+
+    @app.timer(interval=settings.deadline_poll_ms / 1000)
+    async def fire_deadlines() -> None:
+        if app.rebalancing or app.in_recovery:
+            return
+        now = datetime.now(UTC)
+        mono = app.loop.time()
+        for runner in runners:
+            if runner.deadlines.stale or mono - last_scan["at"] > rescan_every:
+                _rebuild_index(runner)
+            for key in runner.deadlines.pop_due(now):
+                tick = Envelope.wrap(
+                    Tick(),
+                    message_id=derive_id(key, f"tick@{now.isoformat()}"),
+                    key=key,
+                    occurred_at=now,
+                )
+                topic = settings.topic(runner.process.name)
+                await app.producer.send(topic, key.encode(), tick.encode(), None, None, None)
+        last_scan["at"] = mono if mono - last_scan["at"] > rescan_every else last_scan["at"]
+
+
+def _rebuild_index(runner: ProcessRunner) -> None:
+    table: Any = runner.table
+    entries = (
+        (key, runner._codec.model_validate_json(raw).next_deadline()) for key, raw in table.items()
+    )
+    runner.deadlines.rebuild(entries)
+    log.info("%s: %d keys with deadlines", runner.process.name, len(runner.deadlines))
+
+
+def _register_metrics(app: faust.App, metrics: Metrics) -> None:
+    @app.page("/sagaline/metrics")
+    async def metrics_view(web: Any, request: Any) -> Any:
+        return web.json(metrics.snapshot())
+
+    @app.timer(interval=30.0)
+    async def log_metrics() -> None:
+        log.info("metrics %s", metrics.snapshot())
