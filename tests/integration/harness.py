@@ -1,0 +1,182 @@
+"""Real Kafka for tests: isolated topic sets, worker subprocesses, the API in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from services.api.app import create_api
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from services.settings import Settings
+from services.topics import create_topics
+
+BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+
+
+def broker_reachable() -> bool:
+    host, port = BOOTSTRAP.split(",")[0].rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
+    """Settings with a fresh topic prefix and app id: tests never see each other's records."""
+    run = uuid.uuid4().hex[:8]
+    values: dict[str, Any] = {
+        "kafka_bootstrap": BOOTSTRAP,
+        "topic_prefix": f"t{run}",
+        "app_id": f"t{run}",
+        "partitions": 4,
+        "data_dir": tmp / "worker-data",
+        "worker_web_port": free_port(),
+        "payment_silent_methods": "hang",
+        "step_timeout_s": 20.0,
+        "reservation_ttl_s": 120.0,
+        "log_level": "INFO",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    for name, value in settings.model_dump().items():
+        env[f"SAGALINE_{name.upper()}"] = str(value)
+    return env
+
+
+class Worker:
+    """``sagaline worker`` as a real process, so a test can SIGKILL it and start it again."""
+
+    def __init__(self, settings: Settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 90) -> None:
+        self.starts += 1
+        self.log = self.log_dir / f"worker-{self.starts}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "worker"],
+                env=settings_env(self.settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            if "Ready" in text:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{text[-4000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"worker not ready after {timeout}s:\n{self.log.read_text()[-4000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook, no flush, no commit."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def tail_log(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+class Stack:
+    """Topics, a started worker, the API and an event tail for one isolated settings set."""
+
+    def __init__(
+        self, settings: Settings, worker: Worker, http: httpx.AsyncClient, tail: EventTail
+    ):
+        self.settings = settings
+        self.worker = worker
+        self.http = http
+        self.tail = tail
+
+    async def set_stock(self, product: str, on_hand: int) -> None:
+        response = await self.http.put(f"/products/{product}/stock", json={"on_hand": on_hand})
+        assert response.status_code == 202, response.text
+        await self.wait_stock(product, lambda f: f["on_hand"] == on_hand)
+
+    async def place(self, lines: list[tuple[str, int]], method: str = "card", **kw: Any) -> str:
+        body = {
+            "customer_id": kw.get("customer", "c1"),
+            "lines": [{"product_id": p, "quantity": q, "unit_price": "10.00"} for p, q in lines],
+            "payment": {"method": method},
+        }
+        response = await self.http.post("/orders", json=body, headers=kw.get("headers", {}))
+        assert response.status_code == 202, response.text
+        order_id: str = response.json()["order_id"]
+        return order_id
+
+    def stock(self, product: str) -> dict[str, Any] | None:
+        """The totals carried by the product's latest ledger event."""
+        facts = [e for e in self.tail.events_of(f"product:{product}")]
+        return None if not facts else max(facts, key=lambda e: e.sequence or 0).payload
+
+    async def wait_stock(self, product: str, predicate: Any, timeout: float = 30) -> dict[str, Any]:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            fact = self.stock(product)
+            if fact is not None and predicate(fact):
+                return fact
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"stock of {product} never matched; last: {self.stock(product)}")
+
+
+@asynccontextmanager
+async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stack]:
+    if not broker_reachable():
+        raise RuntimeError(
+            f"no Kafka broker at {BOOTSTRAP}: start one with `deploy/local/kafka.sh start` "
+            "(make test does this)"
+        )
+    await create_topics(settings)
+    worker = Worker(settings, log_dir)
+    await asyncio.to_thread(worker.start)
+    bus = CommandBus(settings)
+    await bus.start()
+    tail = EventTail(settings, from_beginning=True)
+    await tail.start()
+    api = create_api(settings, bus)
+    transport = httpx.ASGITransport(app=api)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            yield Stack(settings, worker, http, tail)
+    finally:
+        await tail.stop()
+        await bus.stop()
+        await asyncio.to_thread(worker.stop)
