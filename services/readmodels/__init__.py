@@ -1,0 +1,1 @@
+"""Read models in SQL: table definitions, the projector's writes, the API's queries."""
