@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc
-from sagas.machinery.process import Command, Context, Decision
+from sagas.machinery.process import Command, Context, Decision, Fact
 from sagas.messages import Message
 
 LineStatus = Literal["pending", "held", "confirmed", "rejected", "released"]
@@ -62,8 +62,9 @@ def reservation_id(order_id: str, product_id: str) -> str:
     return f"{order_id}:{product_id}"
 
 
-def product_of(reservation: str) -> str:
-    return reservation.split(":", 1)[1]
+def product_of(order_id: str, reservation: str) -> str:
+    """The product of one of this order's reservations (order ids may contain colons too)."""
+    return reservation.removeprefix(f"{order_id}:")
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,9 @@ class OrderSaga:
             return Decision(state)  # a late or stray reply; compensations were already sent
         match message:
             case lc.Reserved():
-                return self._reserved(state, product_of(message.reservation_id), ctx)
+                return self._reserved(state, product_of(ctx.key, message.reservation_id), ctx)
             case lc.ReservationRejected():
-                product = product_of(message.reservation_id)
+                product = product_of(ctx.key, message.reservation_id)
                 return self._fail(
                     state.with_line(product, "rejected"),
                     "REJECTED",
@@ -99,7 +100,7 @@ class OrderSaga:
                     ctx,
                 )
             case lc.Released(reason="expired"):
-                product = product_of(message.reservation_id)
+                product = product_of(ctx.key, message.reservation_id)
                 return self._fail(
                     state.with_line(product, "released"),
                     "CANCELLED",
@@ -112,9 +113,9 @@ class OrderSaga:
                 failed = state.model_copy(update={"payment": "declined"})
                 return self._fail(failed, "CANCELLED", f"payment declined: {message.reason}", ctx)
             case lc.Confirmed() if state.status == "CONFIRMING":
-                return self._confirmed(state, product_of(message.reservation_id), ctx)
+                return self._confirmed(state, product_of(ctx.key, message.reservation_id), ctx)
             case lc.ConfirmRefused() if state.status == "CONFIRMING":
-                product = product_of(message.reservation_id)
+                product = product_of(ctx.key, message.reservation_id)
                 return self._fail(
                     state.with_line(product, "released"),
                     "CANCELLED",
@@ -173,7 +174,7 @@ class OrderSaga:
         return Decision(
             placed,
             send=reserves,
-            events=(event, oc.OrderStatusChanged(status="PENDING")),
+            events=(Fact(event, ctx.key), Fact(oc.OrderStatusChanged(status="PENDING"), ctx.key)),
             set_deadlines={STEP_DEADLINE: ctx.now + self.step_timeout},
         )
 
@@ -212,7 +213,7 @@ class OrderSaga:
         if state.status in ("PENDING", "AUTHORIZING", "CONFIRMING"):
             return self._fail(state, "CANCELLED", cmd.reason, ctx)
         refused = oc.CancelRefused(status=state.status, reason=f"order is already {state.status}")
-        return Decision(state, events=(refused,))
+        return Decision(state, events=(Fact(refused, ctx.key),))
 
     # --- building blocks ----------------------------------------------------------------
 
@@ -250,7 +251,10 @@ class OrderSaga:
         final: bool = False,
     ) -> Decision[OrderState]:
         moved = state.model_copy(update={"status": status})
-        event = oc.OrderStatusChanged(status=status, reason=moved.reason if final else None)
+        # Name the saga explicitly: a deadline that fires has no incoming message to copy it from.
+        event = Fact(
+            oc.OrderStatusChanged(status=status, reason=moved.reason if final else None), ctx.key
+        )
         if final:
             return Decision(
                 moved, send=send, events=(event,), clear_deadlines=frozenset({STEP_DEADLINE})

@@ -34,12 +34,20 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Fact:
+    """An event that names its saga explicitly (when the cause does not carry it)."""
+
+    message: Message
+    saga_id: str | None
+
+
+@dataclass(frozen=True)
 class Decision(Generic[S]):
     """The outcome of one message: new state, what to send, what became true."""
 
     state: S
     send: tuple[Command, ...] = ()
-    events: tuple[Message, ...] = ()
+    events: tuple[Message | Fact, ...] = ()
     """Facts about this process's own entity, published to the domain-event topic."""
     set_deadlines: dict[str, datetime] = field(default_factory=dict)
     clear_deadlines: frozenset[str] = frozenset()
@@ -57,6 +65,17 @@ class Context:
 
     def child_id(self, tag: str) -> str:
         return derive_id(self.cause_id, tag)
+
+
+def merge(first: Decision[S], then: Decision[S]) -> Decision[S]:
+    """Two decisions taken one after the other on the same message, as one."""
+    return Decision(
+        then.state,
+        (*first.send, *then.send),
+        (*first.events, *then.events),
+        {**first.set_deadlines, **then.set_deadlines},
+        (first.clear_deadlines - then.set_deadlines.keys()) | then.clear_deadlines,
+    )
 
 
 class Process(Protocol[S]):

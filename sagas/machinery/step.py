@@ -9,7 +9,7 @@ from typing import Any
 
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
-from sagas.machinery.process import Command, Context, Decision, Outbound, Process
+from sagas.machinery.process import Command, Context, Decision, Fact, Outbound, Process
 from sagas.machinery.record import Record
 from sagas.messages import Envelope, Message
 
@@ -107,14 +107,17 @@ def _command(command: Command, ctx: Context, index: int) -> Outbound:
 
 
 def _event(
-    process: Process[Any], event: Message, ctx: Context, index: int, sequence: int
+    process: Process[Any], event: Message | Fact, ctx: Context, index: int, sequence: int
 ) -> Outbound:
+    saga_id = ctx.saga_id
+    if isinstance(event, Fact):
+        event, saga_id = event.message, event.saga_id
     envelope = Envelope.wrap(
         event,
         message_id=ctx.child_id(f"event/{index}"),
         key=entity_key(process.entity_type, ctx.key),
         occurred_at=ctx.now,
-        saga_id=ctx.saga_id,
+        saga_id=saga_id,
         causation_id=ctx.cause_id,
         entity_type=process.entity_type,
         sequence=sequence,

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sagas.contracts import ledger as c
-from sagas.machinery.process import Command, Context, Decision
+from sagas.machinery.process import Command, Context, Decision, Fact, merge
 from sagas.machinery.step import reply
 from sagas.messages import Message
 
@@ -69,6 +69,15 @@ class CapacityLedger:
         return LedgerState()
 
     def decide(self, state: LedgerState, message: Message, ctx: Context) -> Decision[LedgerState]:
+        # Holds past their TTL are released before anything else is decided, so a TTL is
+        # exact even when the expiry tick is late (a worker outage, a backlog).
+        expired = self._expire(state, ctx)
+        return merge(expired, self._decide(expired.state, message, ctx))
+
+    def on_deadline(self, state: LedgerState, name: str, ctx: Context) -> Decision[LedgerState]:
+        return self._expire(state, ctx)
+
+    def _decide(self, state: LedgerState, message: Message, ctx: Context) -> Decision[LedgerState]:
         match message:
             case c.SetCapacity():
                 return self._set(state, message, ctx)
@@ -80,19 +89,28 @@ class CapacityLedger:
                 return self._cancel(state, message, ctx)
         return Decision(state)  # a message meant for someone else: nothing to do
 
-    def on_deadline(self, state: LedgerState, name: str, ctx: Context) -> Decision[LedgerState]:
-        rid = name.removeprefix("expire:")
-        hold = state.holds.get(rid)
-        if hold is None or hold.expires_at > ctx.now:
-            return Decision(state)
-        new = self._close(state, rid, "expired", hold.quantity)
-        fact = c.Released(
-            **_totals(new), reservation_id=rid, quantity=hold.quantity, reason="expired"
+    def _expire(self, state: LedgerState, ctx: Context) -> Decision[LedgerState]:
+        """Release every hold whose TTL has passed and tell each saga that made one."""
+        due = sorted(
+            ((rid, hold) for rid, hold in state.holds.items() if hold.expires_at <= ctx.now),
+            key=lambda item: item[1].expires_at,
         )
-        send: tuple[Command, ...] = ()
-        if hold.reply_to and hold.saga_id:
-            send = (Command(hold.reply_to, hold.saga_id, fact, saga_id=hold.saga_id),)
-        return Decision(new, send=send, events=(fact,))
+        send: list[Command] = []
+        events: list[Fact] = []
+        for rid, hold in due:
+            state = self._close(state, rid, "expired", hold.quantity)
+            fact = c.Released(
+                **_totals(state), reservation_id=rid, quantity=hold.quantity, reason="expired"
+            )
+            events.append(Fact(fact, hold.saga_id))
+            if hold.reply_to and hold.saga_id:
+                send.append(Command(hold.reply_to, hold.saga_id, fact, saga_id=hold.saga_id))
+        return Decision(
+            state,
+            send=tuple(send),
+            events=tuple(events),
+            clear_deadlines=frozenset(_expiry(rid) for rid, _ in due),
+        )
 
     # --- commands -----------------------------------------------------------------------
 

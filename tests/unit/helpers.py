@@ -1,0 +1,168 @@
+"""Helpers for the unit tests: envelopes, a driver around ``step`` and a tiny in-memory bus."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.contracts.system import Tick
+from sagas.machinery.process import Outbound, Process
+from sagas.machinery.record import Record
+from sagas.machinery.step import EVENTS_CHANNEL, StepResult, step
+from sagas.messages import Envelope, Message
+
+T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
+_ids = itertools.count(1)
+
+
+def at(seconds: float) -> datetime:
+    """``seconds`` after :data:`T0`."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def envelope(
+    message: Message,
+    *,
+    key: str,
+    message_id: str | None = None,
+    saga_id: str | None = None,
+    reply_to: str | None = None,
+    occurred_at: datetime = T0,
+) -> Envelope:
+    return Envelope.wrap(
+        message,
+        message_id=message_id or f"msg-{next(_ids)}",
+        key=key,
+        occurred_at=occurred_at,
+        saga_id=saga_id,
+        reply_to=reply_to,
+    )
+
+
+def tick(key: str) -> Envelope:
+    return envelope(Tick(), key=key)
+
+
+@dataclass
+class Fed:
+    record: Record[Any]
+    outbound: list[Outbound]
+
+
+def feed(
+    process: Process[Any],
+    envelopes: Iterable[Envelope],
+    record: Record[Any] | None = None,
+    now: datetime = T0,
+) -> Fed:
+    """Step every envelope in order; the final record and everything sent on the way."""
+    outbound: list[Outbound] = []
+    for env in envelopes:
+        result = step(process, record, env, now)
+        record = result.record
+        outbound.extend(result.outbound)
+    assert record is not None, "feed needs at least one envelope"
+    return Fed(record, outbound)
+
+
+@dataclass
+class Driver:
+    """Keeps one key's record between calls to ``step``."""
+
+    process: Process[Any]
+    record: Record[Any] | None = None
+
+    def __call__(self, env: Envelope, now: datetime = T0) -> StepResult:
+        result = step(self.process, self.record, env, now)
+        self.record = result.record
+        return result
+
+    @property
+    def state(self) -> Any:
+        assert self.record is not None
+        return self.record.state
+
+
+def commands(outbound: Iterable[Outbound]) -> list[tuple[str, str, str]]:
+    """(channel, key, type) of every command or reply, events left out."""
+    return [
+        (o.channel, o.envelope.key, o.envelope.type)
+        for o in outbound
+        if o.channel != EVENTS_CHANNEL
+    ]
+
+
+def sent(outbound: Iterable[Outbound]) -> list[Message]:
+    """The payloads of every command or reply, events left out."""
+    return [o.envelope.message() for o in outbound if o.channel != EVENTS_CHANNEL]
+
+
+def event_envelopes(outbound: Iterable[Outbound]) -> list[Envelope]:
+    return [o.envelope for o in outbound if o.channel == EVENTS_CHANNEL]
+
+
+def events(outbound: Iterable[Outbound]) -> list[Message]:
+    return [e.message() for e in event_envelopes(outbound)]
+
+
+@dataclass
+class Bus:
+    """Delivers outbound messages to the process listening on their channel, in order.
+
+    Every envelope and record goes through its wire format, as it would through Kafka and
+    the state table. Channels in ``paused`` keep their messages until :meth:`resume`.
+    """
+
+    processes: dict[str, Process[Any]]
+    records: dict[tuple[str, str], Record[Any]] = field(default_factory=dict)
+    published: list[Envelope] = field(default_factory=list)
+    paused: set[str] = field(default_factory=set)
+    _queue: deque[Outbound] = field(default_factory=deque)
+    _held: list[Outbound] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, *processes: Process[Any]) -> Bus:
+        return cls({p.name: p for p in processes})
+
+    def send(self, channel: str, env: Envelope, now: datetime = T0) -> None:
+        self._queue.append(Outbound(channel, env))
+        self.run(now)
+
+    def run(self, now: datetime) -> None:
+        while self._queue:
+            out = self._queue.popleft()
+            env = Envelope.decode(out.envelope.encode())
+            if out.channel == EVENTS_CHANNEL:
+                self.published.append(env)
+            elif out.channel in self.paused:
+                self._held.append(out)
+            else:
+                self._deliver(out.channel, env, now)
+
+    def resume(self, channel: str, now: datetime = T0) -> None:
+        self.paused.discard(channel)
+        held, self._held = self._held, []
+        self._queue.extend(held)
+        self.run(now)
+
+    def tick(self, now: datetime) -> None:
+        for (channel, key), record in list(self.records.items()):
+            due = record.next_deadline()
+            if due is not None and due <= now:
+                self._queue.append(Outbound(channel, tick(key)))
+        self.run(now)
+
+    def state(self, channel: str, key: str) -> Any:
+        return self.records[(channel, key)].state
+
+    def _deliver(self, channel: str, env: Envelope, now: datetime) -> None:
+        process = self.processes[channel]
+        result = step(process, self.records.get((channel, env.key)), env, now)
+        codec = Record.codec(process.state_type)
+        self.records[(channel, env.key)] = codec.model_validate_json(result.record.encode())
+        self._queue.extend(result.outbound)
