@@ -1,0 +1,54 @@
+# shellcheck shell=bash
+# Shared helpers for the Sagaline local stack scripts (kafka.sh, postgres.sh,
+# stack.sh). Sourced, never executed.
+#
+# Everything these scripts generate (jars, Maven cache, data, logs, pid files)
+# lives under <repo>/.local/, which is git-ignored, so `rm -rf .local` is
+# always a safe "factory reset".
+
+# Repo root = two levels above this file (deploy/local/common.sh), resolved
+# physically so the scripts behave the same from any cwd or through symlinks.
+SAGALINE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
+# shellcheck disable=SC2034  # used by the scripts that source this file
+SAGALINE_LOCAL="${SAGALINE_ROOT}/.local"
+
+# Prefix every message with the script name so interleaved output of
+# stack.sh stays readable. Messages go to stderr; stdout is kept for values
+# other scripts may capture (e.g. `postgres.sh url`).
+log() { printf '[%s] %s\n' "${SAGALINE_SCRIPT:-sagaline}" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# is_port_open HOST PORT: true if something accepts TCP connections there.
+# Uses bash's /dev/tcp so it works before any venv/tooling exists; the
+# `timeout` guards against a filtered port hanging the connect.
+is_port_open() {
+  # shellcheck disable=SC2016  # $1/$2 expand in the inner bash, on purpose
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+}
+
+# pid_alive PID: true if the process exists (and is not a zombie).
+pid_alive() {
+  local pid="$1" state
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  state="$(awk '{print $3}' "/proc/${pid}/stat" 2>/dev/null || true)"
+  [[ "$state" != "Z" ]]
+}
+
+# require_cmd CMD HINT: fail early with an actionable message.
+require_cmd() {
+  command -v "$1" >/dev/null 2>&1 || die "'$1' not found in PATH. $2"
+}
+
+# take_lock NAME: serialise start/stop/reset of one service across concurrent
+# callers (several engineers' or test runs' `start` at the same moment would
+# otherwise race on the pid file and the port). The lock is held on fd 9
+# until the script exits; anything started in the background must close fd 9
+# (`9>&-`), or the long-running server would hold the lock forever.
+take_lock() {
+  mkdir -p "$SAGALINE_LOCAL"
+  exec 9>"${SAGALINE_LOCAL}/.${1}.lock"
+  if ! flock -n 9; then
+    log "waiting for another ${1} start/stop to finish ..."
+    flock -w 300 9 || die "could not get ${SAGALINE_LOCAL}/.${1}.lock within 300 s"
+  fi
+}

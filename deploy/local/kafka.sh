@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# Single-node Apache Kafka (KRaft, broker+controller in one JVM) for local
+# development and CI, assembled from the official jars on Maven Central — no
+# Docker, no tarball download (only package registries are reachable here).
+#
+# Usage: deploy/local/kafka.sh fetch|start|stop|status|reset|bootstrap|topics|run
+#   fetch      download the broker jars into .local/kafka/lib (no-op if present)
+#   start      fetch if needed, write config, format storage once, start the
+#              broker in the background and wait until it answers a real
+#              Kafka admin request (timeout: 90 s)
+#   stop       SIGTERM (controlled shutdown), wait, SIGKILL as a last resort
+#   status     exit 0 if the broker is running, 3 if not
+#   reset      stop + delete the broker's data and logs (jars are kept)
+#   bootstrap  print the bootstrap servers string (127.0.0.1:PORT)
+#   topics ... run org.apache.kafka.tools.TopicCommand against the broker,
+#              e.g. `kafka.sh topics --list`
+#   run CLASS ...  run any main class from the Kafka jars (console producer, ...)
+#
+# Environment:
+#   SAGALINE_KAFKA_PORT             client listener port   (default 9092)
+#   SAGALINE_KAFKA_CONTROLLER_PORT  KRaft controller port  (default 9093)
+#   KAFKA_HEAP_OPTS                 JVM heap flags (default -Xms256m -Xmx768m)
+#
+# Layout (all under the git-ignored .local/):
+#   .local/m2                   Maven cache used for the download
+#   .local/kafka/lib            the jars (classpath for every java call)
+#   .local/kafka/data           log.dirs (topic data + KRaft metadata log)
+#   .local/kafka/logs           server.log, controller.log, kafka.out (stdout/err)
+#   .local/kafka/server.properties, log4j*.properties, kafka.pid
+set -euo pipefail
+
+SAGALINE_SCRIPT="kafka"
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+KAFKA_PORT="${SAGALINE_KAFKA_PORT:-9092}"
+CONTROLLER_PORT="${SAGALINE_KAFKA_CONTROLLER_PORT:-9093}"
+HOST="127.0.0.1"
+BOOTSTRAP="${HOST}:${KAFKA_PORT}"
+START_TIMEOUT_S=90
+STOP_TIMEOUT_S=45
+
+POM="${SAGALINE_ROOT}/deploy/local/kafka/pom.xml"
+KDIR="${SAGALINE_LOCAL}/kafka"
+LIB="${KDIR}/lib"
+DATA="${KDIR}/data"
+LOGS="${KDIR}/logs"
+CONF="${KDIR}/server.properties"
+LOG4J_BROKER="${KDIR}/log4j.properties"
+LOG4J_TOOLS="${KDIR}/tools-log4j.properties"
+PIDFILE="${KDIR}/kafka.pid"
+# Marker written after a complete download; holds the pom's checksum so that
+# bumping the Kafka version in pom.xml triggers a re-fetch.
+FETCH_STAMP="${LIB}/.fetched"
+
+# Fixed KRaft cluster id: base64url of the 16 bytes "sagaline-local-1".
+# Fixed (not random) so re-formatting after a reset yields the same cluster
+# and the value is recognisable in logs.
+CLUSTER_ID="c2FnYWxpbmUtbG9jYWwtMQ"
+
+# JVM flags modelled on Kafka's own kafka-run-class.sh, with a heap small
+# enough for a 2-core CI box that also runs Postgres and the app.
+KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx768m}"
+JVM_OPTS=(-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+          -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
+          -Djava.awt.headless=true)
+
+pom_checksum() { sha256sum "$POM" | awk '{print $1}'; }
+
+is_fetched() {
+  [[ -f "$FETCH_STAMP" ]] && [[ "$(cat "$FETCH_STAMP")" == "$(pom_checksum)" ]]
+}
+
+cmd_fetch() {
+  if is_fetched; then
+    log "jars already present in ${LIB#"$SAGALINE_ROOT"/} (delete it to re-fetch)"
+    return 0
+  fi
+  require_cmd mvn "Install Maven (Debian: apt-get install -y maven)."
+  require_cmd java "Install a JDK >= 11 (Debian: apt-get install -y openjdk-17-jdk-headless)."
+  mkdir -p "$KDIR" "${SAGALINE_LOCAL}/m2"
+  # Download into a temp dir and swap it in at the end, so an interrupted
+  # fetch never leaves a half-populated lib/ that looks complete.
+  local tmp="${KDIR}/lib.tmp"
+  rm -rf "$tmp"
+  log "fetching Kafka jars from Maven Central (pom: ${POM#"$SAGALINE_ROOT"/}) ..."
+  local start=$SECONDS attempt update=()
+  for attempt in 1 2 3; do
+    # Retries pass -U so Maven re-asks Central instead of replaying a
+    # failure it cached in the local repo during the previous attempt.
+    # -B/-ntp: no progress bars in CI logs. maven.repo.local inside .local/
+    # keeps ~/.m2 untouched and the cache disposable with everything else.
+    # The sed strips the stray ANSI resets Maven 3.8 prints even with -q -B
+    # (mvn's exit status still decides, thanks to pipefail).
+    if mvn -B -q -ntp "${update[@]}" -f "$POM" \
+         -Dmaven.repo.local="${SAGALINE_LOCAL}/m2" \
+         dependency:copy-dependencies -DoutputDirectory="$tmp" 2>&1 \
+         | sed -u 's/\x1b\[[0-9;]*m//g' >&2; then
+      break
+    fi
+    [[ $attempt -lt 3 ]] || die "Maven failed to fetch the Kafka jars (3 attempts)"
+    log "Maven failed (attempt $attempt), retrying in 5 s ..."
+    rm -rf "$tmp"; update=(-U); sleep 5
+  done
+  ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || die "fetch finished but kafka_2.13 jar is missing in $tmp"
+  pom_checksum >"${tmp}/.fetched"
+  rm -rf "$LIB"
+  mv "$tmp" "$LIB"
+  log "fetched $(find "$LIB" -name '*.jar' | wc -l) jars in $((SECONDS - start)) s"
+}
+
+# Run a main class from the Kafka jars with quiet (WARN, stderr) logging.
+run_class() {
+  local main="$1"; shift
+  write_log4j_tools
+  java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dlog4j.configuration="file:${LOG4J_TOOLS}" \
+    -cp "${LIB}/*" "$main" "$@"
+}
+
+write_log4j_tools() {
+  mkdir -p "$KDIR"
+  cat >"$LOG4J_TOOLS" <<'EOF'
+# Generated by deploy/local/kafka.sh: logging for command line tools.
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.appender.stderr.Target=System.err
+EOF
+}
+
+write_config() {
+  mkdir -p "$DATA" "$LOGS"
+  # Rewritten on every start so a change of ports via env is picked up.
+  cat >"$CONF" <<EOF
+# Generated by deploy/local/kafka.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) — do not edit,
+# change the script instead (this file is rewritten on every start).
+
+# --- KRaft: one JVM is both the broker and the (only) controller ---------
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@${HOST}:${CONTROLLER_PORT}
+controller.listener.names=CONTROLLER
+
+# --- Listeners: loopback only --------------------------------------------
+listeners=PLAINTEXT://${HOST}:${KAFKA_PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}
+advertised.listeners=PLAINTEXT://${HOST}:${KAFKA_PORT}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+
+# --- Storage: topic data and the KRaft metadata log ----------------------
+log.dirs=${DATA}
+
+# --- Single node: every replication factor must be 1 ---------------------
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+# Transactions (exactly-once sagas) need the transaction state log to be
+# creatable on one broker: RF 1 and min ISR 1.
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+
+# --- Behaviour the app relies on -----------------------------------------
+# The app declares its own topics; a typo must fail, not create a topic.
+auto.create.topics.enable=false
+num.partitions=8
+# No 3 s delay before the first consumer group rebalance (faster tests).
+group.initial.rebalance.delay.ms=0
+# Retention and everything else: Kafka defaults.
+EOF
+
+  cat >"$LOG4J_BROKER" <<'EOF'
+# Generated by deploy/local/kafka.sh: broker logging into .local/kafka/logs.
+log4j.rootLogger=INFO, kafkaAppender
+
+log4j.appender.kafkaAppender=org.apache.log4j.DailyRollingFileAppender
+log4j.appender.kafkaAppender.DatePattern='.'yyyy-MM-dd
+log4j.appender.kafkaAppender.File=${kafka.logs.dir}/server.log
+log4j.appender.kafkaAppender.layout=org.apache.log4j.PatternLayout
+log4j.appender.kafkaAppender.layout.ConversionPattern=[%d] %p %m (%c)%n
+
+log4j.appender.controllerAppender=org.apache.log4j.DailyRollingFileAppender
+log4j.appender.controllerAppender.DatePattern='.'yyyy-MM-dd
+log4j.appender.controllerAppender.File=${kafka.logs.dir}/controller.log
+log4j.appender.controllerAppender.layout=org.apache.log4j.PatternLayout
+log4j.appender.controllerAppender.layout.ConversionPattern=[%d] %p %m (%c)%n
+
+# Same noise levels as Kafka's shipped config/log4j.properties.
+log4j.logger.org.apache.kafka=INFO
+log4j.logger.kafka=INFO
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.kafka.controller=TRACE, controllerAppender
+log4j.additivity.kafka.controller=false
+log4j.logger.org.apache.kafka.controller=INFO, controllerAppender
+log4j.additivity.org.apache.kafka.controller=false
+log4j.logger.state.change.logger=INFO, controllerAppender
+log4j.additivity.state.change.logger=false
+EOF
+}
+
+format_storage_once() {
+  # meta.properties marks a formatted log dir; formatting again would fail
+  # (and must never wipe data), so only do it the first time.
+  if [[ -f "${DATA}/meta.properties" ]]; then
+    return 0
+  fi
+  log "formatting KRaft storage in ${DATA#"$SAGALINE_ROOT"/} (cluster id ${CLUSTER_ID})"
+  run_class kafka.tools.StorageTool format \
+    --cluster-id "$CLUSTER_ID" --config "$CONF" --ignore-formatted >/dev/null \
+    || die "kafka.tools.StorageTool format failed"
+}
+
+# PID of *our* broker (the one using our server.properties), or nothing.
+# Checks the pid file first and validates it against /proc so that a stale
+# file whose pid was recycled by another process is never trusted; falls
+# back to an exact scan for a broker started with our config path.
+broker_pid() {
+  local pid cmd
+  if [[ -f "$PIDFILE" ]]; then
+    pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+    if pid_alive "$pid"; then
+      cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/${pid}/cmdline" || true)"
+      if [[ "$cmd" == *" kafka.Kafka ${CONF}"* ]]; then
+        echo "$pid"; return 0
+      fi
+    fi
+    rm -f "$PIDFILE"  # stale
+  fi
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    cmd="$(tr '\0' ' ' 2>/dev/null <"$f" || true)"
+    if [[ "$cmd" == *" kafka.Kafka ${CONF}"* ]]; then
+      pid="${f#/proc/}"; pid="${pid%/cmdline}"
+      pid_alive "$pid" || continue
+      echo "$pid" >"$PIDFILE"
+      echo "$pid"; return 0
+    fi
+  done
+  return 1
+}
+
+show_log_tail() {
+  local f
+  for f in "${LOGS}/kafka.out" "${LOGS}/server.log"; do
+    [[ -s "$f" ]] || continue
+    log "---- last lines of ${f#"$SAGALINE_ROOT"/} ----"
+    tail -n 40 "$f" >&2
+  done
+}
+
+# A real Kafka round trip (Metadata request via the AdminClient): proves the
+# broker accepts requests and the KRaft controller has elected itself —
+# an open TCP port alone is not enough, the socket binds before it serves.
+broker_answers() {
+  local budget="$1"
+  timeout "$budget" java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dlog4j.configuration="file:${LOG4J_TOOLS}" -cp "${LIB}/*" \
+    org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --list \
+    >/dev/null 2>&1
+}
+
+wait_until_ready() {
+  local pid="$1" deadline=$((SECONDS + START_TIMEOUT_S)) left
+  while :; do
+    left=$((deadline - SECONDS))
+    if ! pid_alive "$pid"; then
+      rm -f "$PIDFILE"
+      show_log_tail
+      die "broker process $pid exited during startup"
+    fi
+    if (( left <= 0 )); then
+      show_log_tail
+      die "broker did not become ready within ${START_TIMEOUT_S} s (pid $pid still running; try: $0 stop)"
+    fi
+    # Cheap check first (no JVM), then one admin call bounded by the time left.
+    if is_port_open "$HOST" "$KAFKA_PORT" && broker_answers "$(( left < 30 ? left : 30 ))"; then
+      return 0
+    fi
+    sleep 0.5
+  done
+}
+
+cmd_start() {
+  local pid
+  if pid="$(broker_pid)"; then
+    log "already running (pid $pid) on ${BOOTSTRAP}"
+    write_log4j_tools
+    wait_until_ready "$pid"
+    return 0
+  fi
+  require_cmd java "Install a JDK >= 11 (Debian: apt-get install -y openjdk-17-jdk-headless)."
+  is_fetched || cmd_fetch
+
+  # Fail fast with a clear message instead of a bind error buried in the log.
+  local p
+  for p in "$KAFKA_PORT" "$CONTROLLER_PORT"; do
+    if is_port_open "$HOST" "$p"; then
+      die "port ${HOST}:${p} is already in use by another process (set SAGALINE_KAFKA_PORT / SAGALINE_KAFKA_CONTROLLER_PORT)"
+    fi
+  done
+
+  local t0=$SECONDS
+  write_config
+  write_log4j_tools
+  format_storage_once
+
+  log "starting broker on ${BOOTSTRAP} (controller ${HOST}:${CONTROLLER_PORT}) ..."
+  # setsid + nohup: the broker gets its own session, so it survives the
+  # calling shell and a Ctrl-C there; stdin from /dev/null so it never
+  # holds the caller's terminal or a CI pipe open; 9>&- so it does not
+  # inherit our lock (see take_lock).
+  # shellcheck disable=SC2086  # KAFKA_HEAP_OPTS is intentionally word-split
+  setsid nohup java $KAFKA_HEAP_OPTS "${JVM_OPTS[@]}" \
+    -Dkafka.logs.dir="$LOGS" \
+    -Dlog4j.configuration="file:${LOG4J_BROKER}" \
+    -cp "${LIB}/*" kafka.Kafka "$CONF" \
+    </dev/null >>"${LOGS}/kafka.out" 2>&1 9>&- &
+  pid=$!
+  echo "$pid" >"$PIDFILE"
+
+  wait_until_ready "$pid"
+  log "ready on ${BOOTSTRAP} (pid $pid, $((SECONDS - t0)) s)"
+}
+
+cmd_stop() {
+  local pid
+  if ! pid="$(broker_pid)"; then
+    log "not running"
+    return 0
+  fi
+  log "stopping broker (pid $pid) ..."
+  # SIGTERM triggers Kafka's shutdown hook: controlled shutdown, flush and
+  # close of the logs, so the next start needs no log recovery.
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_TIMEOUT_S))
+  while pid_alive "$pid" && (( SECONDS < deadline )); do
+    sleep 0.5
+  done
+  if pid_alive "$pid"; then
+    log "still alive after ${STOP_TIMEOUT_S} s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while pid_alive "$pid"; do sleep 0.2; done
+  fi
+  rm -f "$PIDFILE"
+  log "stopped"
+}
+
+cmd_status() {
+  local pid
+  if pid="$(broker_pid)"; then
+    if is_port_open "$HOST" "$KAFKA_PORT"; then
+      log "running (pid $pid) on ${BOOTSTRAP}"
+    else
+      log "process running (pid $pid) but ${BOOTSTRAP} not accepting connections yet"
+    fi
+    return 0
+  fi
+  log "stopped"
+  return 3
+}
+
+cmd_reset() {
+  cmd_stop
+  log "deleting ${DATA#"$SAGALINE_ROOT"/} and ${LOGS#"$SAGALINE_ROOT"/} (jars are kept)"
+  rm -rf "$DATA" "$LOGS" "$CONF" "$LOG4J_BROKER"
+}
+
+main() {
+  local cmd="${1:-}"
+  [[ $# -gt 0 ]] && shift
+  case "$cmd" in
+    fetch)     take_lock kafka; cmd_fetch ;;
+    start)     take_lock kafka; cmd_start ;;
+    stop)      take_lock kafka; cmd_stop ;;
+    status)    cmd_status ;;
+    reset)     take_lock kafka; cmd_reset ;;
+    bootstrap) echo "$BOOTSTRAP" ;;
+    topics)    is_fetched || { take_lock kafka; is_fetched || cmd_fetch; exec 9>&-; }
+               run_class org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" "$@" ;;
+    run)       [[ $# -ge 1 ]] || die "usage: $0 run MAIN_CLASS [ARGS...]"
+               is_fetched || { take_lock kafka; is_fetched || cmd_fetch; exec 9>&-; }
+               run_class "$@" ;;
+    *)
+      sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+      exit 2 ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The whole Sagaline local stack (Kafka + PostgreSQL) in one command.
+#
+# Usage: deploy/local/stack.sh up|down|status|reset
+#   up      start PostgreSQL, then Kafka (installing/fetching on first use);
+#           idempotent: already-running services are only health-checked
+#   down    stop Kafka, then PostgreSQL (both are attempted even if one fails)
+#   status  exit 0 only if both services are running
+#   reset   down + delete both services' data (jars and packages are kept)
+#
+# Same environment variables as kafka.sh and postgres.sh
+# (SAGALINE_KAFKA_PORT, SAGALINE_KAFKA_CONTROLLER_PORT, SAGALINE_PG_PORT,
+# SAGALINE_PG_FAST).
+set -euo pipefail
+
+SAGALINE_SCRIPT="stack"
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+HERE="${SAGALINE_ROOT}/deploy/local"
+KAFKA="${HERE}/kafka.sh"
+POSTGRES="${HERE}/postgres.sh"
+
+cmd_up() {
+  local t0=$SECONDS
+  # Postgres first: it is the quicker one and, on a fresh machine, the apt
+  # install is the step most likely to fail — fail before fetching jars.
+  "$POSTGRES" start
+  "$KAFKA" start
+  log "stack up in $((SECONDS - t0)) s"
+  log "  Kafka bootstrap: $("$KAFKA" bootstrap)"
+  log "  Database URL:    $("$POSTGRES" url)"
+}
+
+# Run every stop even if an earlier one fails, then report overall failure.
+cmd_down() {
+  local rc=0
+  "$KAFKA" stop || rc=$?
+  "$POSTGRES" stop || rc=$?
+  return "$rc"
+}
+
+cmd_status() {
+  local rc=0
+  "$KAFKA" status || rc=3
+  "$POSTGRES" status || rc=3
+  return "$rc"
+}
+
+cmd_reset() {
+  local rc=0
+  "$KAFKA" reset || rc=$?
+  "$POSTGRES" reset || rc=$?
+  return "$rc"
+}
+
+case "${1:-}" in
+  up)     cmd_up ;;
+  down)   cmd_down ;;
+  status) cmd_status ;;
+  reset)  cmd_reset ;;
+  *)
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+    exit 2 ;;
+esac
