@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     worker_web_port: int = Field(
         6066, description="Port of the worker's Faust web server (metrics at /sagaline/metrics)"
     )
+    session_timeout_s: float = Field(
+        10.0,
+        ge=6,
+        description="Consumer-group session timeout: how soon a dead worker's partitions move to a live one",
+    )
     batch_size: int = Field(
         200, ge=1, description="Records an agent decides before it sends and stores them together"
     )
@@ -58,6 +63,7 @@ class Settings(BaseSettings):
     deadline_poll_ms: int = Field(
         200, ge=10, description="How often the worker checks for due deadlines"
     )
+    metrics_log_s: float = Field(30.0, gt=0, description="How often the worker logs its counters")
     seen_window: int = Field(
         500, ge=10, description="Processed message ids remembered per key, for dedupe"
     )
@@ -85,6 +91,65 @@ class Settings(BaseSettings):
         "sqlite:///.local/sagaline.db", description="SQLAlchemy URL of the read-model database"
     )
     log_level: str = Field("INFO", description="Log level of every component")
+
+    projector_batch_size: int = Field(
+        2000,
+        ge=1,
+        description="Most domain events the projector applies in one database transaction",
+    )
+    projector_commit_delay_ms: int = Field(
+        0,
+        ge=0,
+        description="Pause inside every projector transaction before it commits; only for crash tests (0 in production)",
+    )
+    gap_alert_s: float = Field(
+        60.0,
+        gt=0,
+        description="An event held behind a sequence gap longer than this is logged and flagged in /projections/status",
+    )
+    receipt_retention_h: float = Field(
+        24.0,
+        gt=0,
+        description="How long the projector keeps command receipts (what consistency tokens wait for)",
+    )
+    read_poll_ms: int = Field(
+        50,
+        ge=5,
+        description="How often the API checks the read models while a request waits for a token or a final status",
+    )
+
+    # --- the nightly Spark rebuild (spark_projections, `sagaline rebuild`) -------------
+    spark_master: str = Field(
+        "local[2]",
+        description="Spark master of `sagaline rebuild` (ignored under spark-submit, which sets its own)",
+    )
+    spark_driver_memory: str = Field(
+        "1g",
+        description="Heap of the rebuild's Spark driver (in local mode the executors share it); the job never collects the topic, so this stays small",
+    )
+    spark_shuffle_partitions: int = Field(
+        8, ge=1, description="spark.sql.shuffle.partitions of the rebuild"
+    )
+    spark_jars_dir: Path = Field(
+        Path(".local/spark/jars"),
+        description="Jars of the rebuild (Kafka source, JDBC drivers), fetched once by `deploy/local/spark.sh fetch`; relative to the repository",
+    )
+    spark_kafka_min_partitions: int = Field(
+        16,
+        ge=0,
+        description="Spark tasks the rebuild splits the topic into at least (0: one per Kafka partition)",
+    )
+    rebuild_jdbc_batch_size: int = Field(
+        10_000, ge=1, description="Rows per JDBC batch when the rebuild fills staging tables"
+    )
+    rebuild_progress_s: float = Field(
+        5.0, gt=0, description="How often the rebuild prints a progress line"
+    )
+    rebuild_pause_before_swap_s: float = Field(
+        0.0,
+        ge=0,
+        description="Pause after the staging tables are full, before the swap; only for kill tests (0 in production)",
+    )
 
     def topic(self, channel: str) -> str:
         return f"{self.topic_prefix}.{channel}"

@@ -81,11 +81,17 @@ def merge(first: Decision[S], then: Decision[S]) -> Decision[S]:
 class Process(Protocol[S]):
     """A saga or participant definition. Pure: no I/O, no clock, no randomness."""
 
-    name: str
-    """Logical channel this process listens on (``order-saga``, ``inventory``...)."""
-    entity_type: str
-    """The kind of entity its key names; its events are published under this type."""
-    state_type: type[S]
+    @property
+    def name(self) -> str:
+        """Logical channel this process listens on (``order-saga``, ``inventory``...)."""
+
+    @property
+    def entity_type(self) -> str:
+        """The kind of entity its key names; its events are published under this type."""
+
+    @property
+    def state_type(self) -> type[S]:
+        """The frozen model of its per-key state."""
 
     def initial(self, key: str) -> S: ...
 

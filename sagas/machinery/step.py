@@ -109,11 +109,10 @@ def _command(command: Command, ctx: Context, index: int) -> Outbound:
 def _event(
     process: Process[Any], event: Message | Fact, ctx: Context, index: int, sequence: int
 ) -> Outbound:
-    saga_id = ctx.saga_id
-    if isinstance(event, Fact):
-        event, saga_id = event.message, event.saga_id
+    message = event.message if isinstance(event, Fact) else event
+    saga_id = event.saga_id if isinstance(event, Fact) else ctx.saga_id
     envelope = Envelope.wrap(
-        event,
+        message,
         message_id=ctx.child_id(f"event/{index}"),
         key=entity_key(process.entity_type, ctx.key),
         occurred_at=ctx.now,

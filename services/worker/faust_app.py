@@ -34,7 +34,7 @@ def _idempotent_settings(self: Any) -> dict[str, Any]:
     return {"acks": "all", "enable_idempotence": True}
 
 
-faust_aiokafka.Producer._settings_extra = _idempotent_settings
+faust_aiokafka.Producer._settings_extra = _idempotent_settings  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -84,11 +84,13 @@ def create_app(
         web_port=settings.worker_web_port,
         web_host="127.0.0.1",
         table_cleanup_interval=3600.0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.session_timeout_s / 4,
     )
     metrics = metrics or Metrics()
     runners = [_register(app, settings, process, metrics) for process in processes]
     _register_deadline_timer(app, settings, runners)
-    _register_metrics(app, metrics)
+    _register_metrics(app, settings, metrics)
     return app, runners
 
 
@@ -149,7 +151,7 @@ def _register_deadline_timer(
 
     app.on_rebalance_complete.connect(mark_stale)
 
-    @app.timer(interval=settings.deadline_poll_ms / 1000)
+    @app.timer(interval=settings.deadline_poll_ms / 1000)  # type: ignore[untyped-decorator]
     async def fire_deadlines() -> None:
         if app.rebalancing or app.in_recovery:
             return
@@ -179,11 +181,11 @@ def _rebuild_index(runner: ProcessRunner) -> None:
     log.info("%s: %d keys with deadlines", runner.process.name, len(runner.deadlines))
 
 
-def _register_metrics(app: faust.App, metrics: Metrics) -> None:
+def _register_metrics(app: faust.App, settings: Settings, metrics: Metrics) -> None:
     @app.page("/sagaline/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
         return web.json(metrics.snapshot())
 
-    @app.timer(interval=30.0)
+    @app.timer(interval=settings.metrics_log_s)  # type: ignore[untyped-decorator]
     async def log_metrics() -> None:
         log.info("metrics %s", metrics.snapshot())

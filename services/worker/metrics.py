@@ -9,9 +9,16 @@ from dataclasses import dataclass, field
 @dataclass
 class Metrics:
     counts: Counter[str] = field(default_factory=Counter)
+    seconds: Counter[str] = field(default_factory=Counter)
 
     def inc(self, process: str, what: str, n: int = 1) -> None:
         self.counts[f"{process}.{what}"] += n
 
-    def snapshot(self) -> dict[str, int]:
-        return dict(sorted(self.counts.items()))
+    def add_time(self, process: str, what: str, seconds: float) -> None:
+        """Time spent in one stage of batch handling (decide, publish, store)."""
+        self.seconds[f"{process}.{what}_s"] += seconds
+
+    def snapshot(self) -> dict[str, float]:
+        merged: dict[str, float] = {**self.counts}
+        merged.update({k: round(v, 3) for k, v in self.seconds.items()})
+        return dict(sorted(merged.items()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,16 +86,25 @@ class ProcessRunner:
         outbound: list[Outbound] = []
         dead: list[DeadLetter] = []
         now = self.clock()
+        started = time.perf_counter()
         for record in batch:
             result = self._decide(record, fresh, now, dead)
             if result is not None and result.result.changed:
                 fresh[result.record_key] = result.result.record
                 origins[result.record_key] = record.origin
                 outbound.extend(result.result.outbound)
+        decided = time.perf_counter()
         await self._publish(outbound, dead)
+        published = time.perf_counter()
         for key, rec in fresh.items():
             self.table.store(key, rec.encode(), origins[key])
             self.deadlines.schedule(key, rec.next_deadline())
+        name = self.process.name
+        self.metrics.inc(name, "batches")
+        self.metrics.inc(name, "records", len(batch))
+        self.metrics.add_time(name, "decide", decided - started)
+        self.metrics.add_time(name, "publish", published - decided)
+        self.metrics.add_time(name, "store", time.perf_counter() - published)
 
     def _decide(
         self,

@@ -60,6 +60,14 @@ def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when the test process dies, however it dies."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     for name, value in settings.model_dump().items():
@@ -85,6 +93,7 @@ class Worker:
                 env=settings_env(self.settings),
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -180,3 +189,40 @@ async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stac
         await tail.stop()
         await bus.stop()
         await asyncio.to_thread(worker.stop)
+
+
+async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> list[Any]:
+    """Every record currently on a channel's topic (from the beginning)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    topic = settings.topic(channel)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        records: list[Any] = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                records.extend(batch)
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def produce_raw(settings: Settings, channel: str, key: bytes, value: bytes) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.topic(channel), value, key=key)
+    finally:
+        await producer.stop()

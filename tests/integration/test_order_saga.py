@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -120,3 +119,35 @@ async def test_200_concurrent_orders_for_50_units_sell_exactly_50(stack: Stack) 
     assert statuses.count("REJECTED") == 150
     final = await stack.wait_stock("last-units", lambda f: f["reserved"] == 0)
     assert (final["on_hand"], final["reserved"]) == (0, 0)
+
+
+async def test_poison_records_go_to_the_dead_letter_topic_and_the_stream_goes_on(
+    stack: Stack,
+) -> None:
+    from services.worker.deadletter import DeadLetter
+    from tests.integration.harness import produce_raw, read_all
+
+    await produce_raw(stack.settings, "inventory", b"quince", b"\xff not json")
+    await produce_raw(
+        stack.settings,
+        "inventory",
+        b"quince",
+        b'{"message_id":"m1","type":"ledger.Reserve","key":"quince",'
+        b'"occurred_at":"2026-01-01T00:00:00Z","payload":{"reservation_id":"r","quantity":-1}}',
+    )
+    await stack.set_stock("quince", 7)  # the next good record is processed as usual
+
+    async def dead_letters() -> list[dict[str, object]]:
+        return [DeadLetter.decode(r.value) for r in await read_all(stack.settings, "deadletter")]
+
+    letters: list[dict[str, object]] = []
+    for _ in range(50):
+        letters = [d for d in await dead_letters() if d["key"] == "quince"]
+        if len(letters) == 2:
+            break
+        await asyncio.sleep(0.1)
+    reasons = [str(d["reason"]) for d in letters]
+    assert reasons[0].startswith("not JSON")
+    assert "quantity" in reasons[1] and "ttl_seconds" in reasons[1]
+    assert {d["stage"] for d in letters} == {"inventory"}
+    assert letters[0]["value"] == "base64:/yBub3QganNvbg=="

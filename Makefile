@@ -1,0 +1,72 @@
+# Sagaline: every job has a target. `make run` and `make test` work on a fresh clone:
+# they install what they need (virtualenv, Kafka, PostgreSQL, Spark jars) themselves.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+LOGS := .local/logs
+STAMP := $(VENV)/.installed
+
+.PHONY: install stack-up stack-down run stop demo test test-unit lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+stack-up:
+	deploy/local/stack.sh up
+
+stack-down:
+	deploy/local/stack.sh down
+
+# Start the broker, create topics, migrate the read-model DB, start worker, projector and
+# API in the background, then place a few demo orders and print their outcomes.
+run: install
+	deploy/local/kafka.sh start
+	mkdir -p $(LOGS)
+	$(BIN)/sagaline topics create
+	$(BIN)/sagaline db upgrade
+	$(MAKE) --no-print-directory stop >/dev/null
+	nohup $(BIN)/sagaline worker > $(LOGS)/worker.log 2>&1 & echo $$! > $(LOGS)/worker.pid
+	nohup $(BIN)/sagaline projector > $(LOGS)/projector.log 2>&1 & echo $$! > $(LOGS)/projector.pid
+	nohup $(BIN)/sagaline api > $(LOGS)/api.log 2>&1 & echo $$! > $(LOGS)/api.pid
+	$(BIN)/sagaline demo
+	@echo
+	@echo "Worker, projector and API keep running (logs in $(LOGS)/). API docs: http://127.0.0.1:8000/docs"
+	@echo "Stop them with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
+
+stop:
+	@for p in api projector worker; do \
+	  if [ -f $(LOGS)/$$p.pid ]; then kill $$(cat $(LOGS)/$$p.pid) 2>/dev/null || true; rm -f $(LOGS)/$$p.pid; fi; \
+	done
+
+demo: install
+	$(BIN)/sagaline demo
+
+# The whole suite against real services: Kafka, PostgreSQL and Spark are started here.
+test: install stack-up
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-unit: install
+	$(BIN)/python -m pytest -q -m unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	deploy/local/kafka.sh start
+	$(BIN)/python benchmarks/bench_sagas.py
+
+clean: stop
+	rm -rf .local/worker-data .local/logs .local/sagaline.db*

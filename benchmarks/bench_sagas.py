@@ -1,0 +1,206 @@
+"""Order-saga throughput and latency on a real broker, beside a plain aiokafka relay baseline.
+
+    python benchmarks/bench_sagas.py [--orders 5000] [--latency-orders 2000] [--soak-seconds 0]
+
+Prints: the machine; the baseline relay's rate through 9 hops; sagas/s at full load;
+command-to-outcome latency p50/p95/p99 at half that load; worker RSS over the run.
+Orders go straight to Kafka through the command bus (the REST API is not measured here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+import sagas.contracts  # noqa: F401
+from benchmarks.common import RssSampler, git_rev, machine, summary_ms
+from sagas.contracts.ledger import SetCapacity
+from sagas.contracts.orders import OrderLine, PaymentDetails, PlaceOrder
+from sagas.ids import derive_id
+from sagas.messages import Envelope, Message
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from services.settings import Settings
+from services.topics import INVENTORY, ORDER_SAGA, create_topics
+from tests.integration.harness import Worker, free_port
+
+HOPS = 9  # place -> reserve -> reserved -> authorize -> authorized -> confirm -> confirmed -> capture -> captured
+
+
+def envelope(message: Message, key: str, saga_id: str | None = None) -> Envelope:
+    return Envelope.wrap(
+        message,
+        message_id=uuid.uuid4().hex,
+        key=key,
+        saga_id=saga_id,
+        occurred_at=datetime.now(UTC),
+    )
+
+
+def order(i: int, products: int) -> tuple[str, Envelope]:
+    order_id = uuid.uuid4().hex
+    place = PlaceOrder(
+        customer_id=f"bench-{i % 1000}",
+        lines=(OrderLine(product_id=f"p{i % products}", quantity=1, unit_price=Decimal("1.00")),),
+        payment=PaymentDetails(method="card"),
+    )
+    env = Envelope.wrap(
+        place,
+        message_id=derive_id(order_id, "place"),
+        key=order_id,
+        saga_id=order_id,
+        occurred_at=datetime.now(UTC),
+    )
+    return order_id, env
+
+
+async def baseline(settings: Settings, n: int) -> float:
+    """Messages/s through a plain aiokafka relay chain of HOPS hops."""
+    topic, done = settings.topic("relay"), settings.topic("relay-done")
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(t, settings.partitions, 1) for t in (topic, done)])
+    await admin.close()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.relay",
+            "--bootstrap",
+            settings.kafka_bootstrap,
+            "--topic",
+            topic,
+            "--done",
+            done,
+            "--hops",
+            str(HOPS),
+        ]
+    )
+    consumer = AIOKafkaConsumer(
+        done, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest"
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=1)
+    await consumer.start()
+    await producer.start()
+    try:
+        await asyncio.sleep(3)  # let the relay join its group
+        start = time.monotonic()
+        futures = [await producer.send(topic, b"0|x" * 40, key=str(i).encode()) for i in range(n)]
+        await asyncio.gather(*futures)
+        seen = 0
+        while seen < n:
+            batch = await consumer.getmany(timeout_ms=500)
+            seen += sum(len(r) for r in batch.values())
+        return n / (time.monotonic() - start)
+    finally:
+        proc.terminate()
+        proc.wait()
+        await consumer.stop()
+        await producer.stop()
+
+
+async def run_orders(
+    bus: CommandBus, tail: EventTail, n: int, products: int, rate: float | None
+) -> tuple[float, list[float]]:
+    """Send ``n`` orders (paced at ``rate``/s if given); returns sagas/s and latencies."""
+    loop = asyncio.get_running_loop()
+    sent_at: dict[str, float] = {}
+    start = loop.time()
+    chunk = 200 if rate is None else max(1, int(rate / 20))
+    for base in range(0, n, chunk):
+        items = [order(base + i, products) for i in range(min(chunk, n - base))]
+        now = loop.time()
+        for order_id, _ in items:
+            sent_at[order_id] = now
+        await bus.send_many([(ORDER_SAGA, env) for _, env in items])
+        if rate is not None:
+            await asyncio.sleep(max(0.0, start + (base + chunk) / rate - loop.time()))
+    outcomes = await tail.wait_for(sent_at, timeout=600)
+    if len(outcomes) < n:
+        raise SystemExit(f"only {len(outcomes)} of {n} sagas ended")
+    end = max(o.at for o in outcomes.values())
+    not_confirmed = sum(o.status != "CONFIRMED" for o in outcomes.values())
+    if not_confirmed:
+        print(f"  note: {not_confirmed} sagas did not confirm")
+    return n / (end - start), [outcomes[i].at - sent_at[i] for i in sent_at]
+
+
+async def main(args: argparse.Namespace) -> None:
+    run = uuid.uuid4().hex[:6]
+    data = Path(f".local/bench-{run}")
+    settings = Settings(
+        topic_prefix=f"bench{run}",
+        app_id=f"bench{run}",
+        data_dir=data / "worker-data",
+        worker_web_port=free_port(),
+        log_level="INFO",
+        step_timeout_s=120,
+        reservation_ttl_s=600,
+    )
+    print(
+        f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
+    )
+    await create_topics(settings)
+
+    relay_rate = await baseline(settings, args.orders)
+    print(
+        f"baseline  plain aiokafka relay, {HOPS} hops: {relay_rate:,.0f} chains/s ({relay_rate * HOPS:,.0f} hops/s)"
+    )
+
+    data.mkdir(parents=True, exist_ok=True)
+    worker = Worker(settings, data)
+    worker.start()
+    assert worker.proc is not None
+    rss = RssSampler(worker.proc.pid)
+    bus, tail = CommandBus(settings), EventTail(settings)
+    await bus.start()
+    await tail.start()
+    try:
+        await bus.send_many(
+            [
+                (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
+                for i in range(args.products)
+            ]
+        )
+        await run_orders(bus, tail, 500, args.products, None)  # warm-up
+        rate, _ = await run_orders(bus, tail, args.orders, args.products, None)
+        print(
+            f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.2f}x the relay chain"
+        )
+        half = rate / 2
+        _, latencies = await run_orders(bus, tail, args.latency_orders, args.products, half)
+        print(
+            f"latency   command->outcome at half load ({half:,.0f}/s, {args.latency_orders} orders): {summary_ms(latencies)}"
+        )
+        if args.soak_seconds:
+            soak = int(half * args.soak_seconds)
+            _, soak_lat = await run_orders(bus, tail, soak, args.products, half)
+            print(
+                f"soak      {soak} orders over ~{args.soak_seconds} s at {half:,.0f}/s: {summary_ms(soak_lat)}"
+            )
+        print(f"memory    worker {rss.stop()}")
+    finally:
+        await tail.stop()
+        await bus.stop()
+        worker.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--orders", type=int, default=5000)
+    parser.add_argument("--latency-orders", type=int, default=2000)
+    parser.add_argument("--products", type=int, default=200)
+    parser.add_argument("--soak-seconds", type=int, default=0)
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,89 @@
+"""Shared pieces of the benchmark scripts: machine description, percentiles, RSS sampling."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summary_ms(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return (
+        f"p50={percentile(ms, 50):.1f} ms p95={percentile(ms, 95):.1f} ms "
+        f"p99={percentile(ms, 99):.1f} ms mean={statistics.fmean(ms) if ms else float('nan'):.1f} ms"
+    )
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass
+class RssSampler:
+    """Samples a process's resident memory every ``every`` seconds in a thread."""
+
+    pid: int
+    every: float = 1.0
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(self.every):
+            try:
+                self.samples.append((time.monotonic() - start, rss_mib(self.pid)))
+            except OSError:
+                return
+
+    def stop(self) -> str:
+        self._stop.set()
+        self._thread.join()
+        if not self.samples:
+            return "no samples"
+        values = [v for _, v in self.samples]
+        quarter = max(1, len(values) // 4)
+        return (
+            f"RSS first-quarter avg {statistics.fmean(values[:quarter]):.0f} MiB, "
+            f"last-quarter avg {statistics.fmean(values[-quarter:]):.0f} MiB, "
+            f"max {max(values):.0f} MiB over {self.samples[-1][0]:.0f} s"
+        )
+
+
+def git_rev() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

@@ -1,0 +1,84 @@
+"""A worker killed with SIGKILL mid-run: every saga still ends, no unit sold twice or lost."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from services.topics import create_topics
+from tests.integration.harness import isolated_settings, running_stack, settings_env
+
+pytestmark = [pytest.mark.integration]
+
+PRODUCTS = [f"crash-{i}" for i in range(10)]
+STOCK = 30
+
+
+async def test_sigkill_in_the_middle_of_500_orders(tmp_path: Path) -> None:
+    rnd = random.Random(7)
+    async with running_stack(isolated_settings(tmp_path), tmp_path) as stack:
+        for product in PRODUCTS:
+            await stack.set_stock(product, STOCK)
+        lines = {}
+        orders = []
+        for i in range(500):
+            picked = rnd.sample(PRODUCTS, rnd.choice([1, 1, 2]))
+            method = "decline" if i % 10 == 0 else "card"
+            order = await stack.place([(p, 1) for p in picked], method=method, customer=f"k{i}")
+            lines[order] = picked
+            orders.append(order)
+            if i == 250:  # half placed, many mid-flight: kill without any shutdown
+                while len(stack.tail.outcomes) < 100:
+                    await asyncio.sleep(0.01)
+                await asyncio.to_thread(stack.worker.kill)
+                restart = asyncio.create_task(asyncio.to_thread(stack.worker.start))
+        await restart
+        outcomes = await stack.tail.wait_for(orders, 120)
+        assert len(outcomes) == 500, f"{500 - len(outcomes)} sagas never ended"
+
+        # Replays after the crash may repeat an event, never contradict one.
+        finals: dict[str, set[str]] = defaultdict(set)
+        for e in stack.tail.events:
+            if e.type == "order.StatusChanged" and e.payload["status"] in (
+                "CONFIRMED",
+                "REJECTED",
+                "CANCELLED",
+            ):
+                finals[e.saga_id or ""].add(e.payload["status"])
+        assert all(len(s) == 1 for s in finals.values())
+
+        sold: dict[str, int] = defaultdict(int)
+        for order, outcome in outcomes.items():
+            if outcome.status == "CONFIRMED":
+                for product in lines[order]:
+                    sold[product] += 1
+        for product in PRODUCTS:
+            fact = await stack.wait_stock(product, lambda f: f["reserved"] == 0)
+            assert sold[product] <= STOCK
+            assert fact["on_hand"] == STOCK - sold[product], product
+        # The run did exercise both outcomes.
+        statuses = [o.status for o in outcomes.values()]
+        assert statuses.count("CONFIRMED") > 50 and statuses.count("REJECTED") > 50
+
+
+async def test_worker_refuses_to_start_when_partition_counts_differ(tmp_path: Path) -> None:
+    settings = isolated_settings(tmp_path, partitions=4)
+    await create_topics(settings)
+    wrong = settings.model_copy(update={"partitions": 6})
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "services.cli", "worker"],
+        env=settings_env(wrong),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "refusing to start" in result.stderr
+    assert "4 partitions, declared 6" in result.stderr
