@@ -15,11 +15,17 @@ from datetime import datetime
 
 
 class DeadlineIndex:
-    def __init__(self) -> None:
+    def __init__(self, rescan_every_s: float = 60.0) -> None:
         self._heap: list[tuple[datetime, str]] = []
         self._scheduled: dict[str, datetime] = {}
         self.stale = True
         """True until rebuilt from the table (at start, and after every rebalance)."""
+        self.rescan_every_s = rescan_every_s
+        """A periodic full rebuild as well: a safety net should a tick ever go astray."""
+        self._rebuilt_at = float("-inf")
+
+    def needs_rebuild(self, monotonic_now: float) -> bool:
+        return self.stale or monotonic_now - self._rebuilt_at > self.rescan_every_s
 
     def schedule(self, key: str, due: datetime | None) -> None:
         if due is None:
@@ -30,12 +36,13 @@ class DeadlineIndex:
         self._scheduled[key] = due
         heapq.heappush(self._heap, (due, key))
 
-    def rebuild(self, entries: Iterable[tuple[str, datetime | None]]) -> None:
+    def rebuild(self, entries: Iterable[tuple[str, datetime | None]], monotonic_now: float) -> None:
         self._heap.clear()
         self._scheduled.clear()
         for key, due in entries:
             self.schedule(key, due)
         self.stale = False
+        self._rebuilt_at = monotonic_now
 
     def pop_due(self, now: datetime, limit: int = 10_000) -> list[str]:
         """Keys whose earliest deadline is due; each key once."""

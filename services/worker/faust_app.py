@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.streams import _current_event
@@ -142,9 +142,6 @@ def _register(
 def _register_deadline_timer(
     app: faust.App, settings: Settings, runners: list[ProcessRunner]
 ) -> None:
-    rescan_every = 60.0
-    last_scan = {"at": 0.0}
-
     async def mark_stale(*args: Any, **kwargs: Any) -> None:
         for runner in runners:
             runner.deadlines.stale = True
@@ -154,31 +151,23 @@ def _register_deadline_timer(
     @app.timer(interval=settings.deadline_poll_ms / 1000)  # type: ignore[untyped-decorator]
     async def fire_deadlines() -> None:
         if app.rebalancing or app.in_recovery:
-            return
+            return  # the index is rebuilt once this worker's tables are recovered
         now = datetime.now(UTC)
-        mono = app.loop.time()
         for runner in runners:
-            if runner.deadlines.stale or mono - last_scan["at"] > rescan_every:
-                _rebuild_index(runner)
+            if runner.deadlines.needs_rebuild(app.loop.time()):
+                table = cast(FaustTable, runner.table)
+                runner.rebuild_deadlines(table.items(), app.loop.time())
+                log.info("%s: %d keys with deadlines", runner.process.name, len(runner.deadlines))
+            topic = settings.topic(runner.process.name)
             for key in runner.deadlines.pop_due(now):
-                tick = Envelope.wrap(
-                    Tick(),
-                    message_id=derive_id(key, f"tick@{now.isoformat()}"),
-                    key=key,
-                    occurred_at=now,
-                )
-                topic = settings.topic(runner.process.name)
-                await app.producer.send(topic, key.encode(), tick.encode(), None, None, None)
-        last_scan["at"] = mono if mono - last_scan["at"] > rescan_every else last_scan["at"]
+                await app.producer.send(topic, key.encode(), _tick(key, now), None, None, None)
 
 
-def _rebuild_index(runner: ProcessRunner) -> None:
-    table: Any = runner.table
-    entries = (
-        (key, runner._codec.model_validate_json(raw).next_deadline()) for key, raw in table.items()
+def _tick(key: str, now: datetime) -> bytes:
+    tick = Envelope.wrap(
+        Tick(), message_id=derive_id(key, f"tick@{now.isoformat()}"), key=key, occurred_at=now
     )
-    runner.deadlines.rebuild(entries)
-    log.info("%s: %d keys with deadlines", runner.process.name, len(runner.deadlines))
+    return tick.encode()
 
 
 def _register_metrics(app: faust.App, settings: Settings, metrics: Metrics) -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 
 @dataclass
 class Metrics:
     counts: Counter[str] = field(default_factory=Counter)
-    seconds: Counter[str] = field(default_factory=Counter)
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def inc(self, process: str, what: str, n: int = 1) -> None:
         self.counts[f"{process}.{what}"] += n

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -75,6 +75,11 @@ class ProcessRunner:
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
+
+    def rebuild_deadlines(self, items: Iterable[tuple[str, bytes]], monotonic_now: float) -> None:
+        """Re-index the deadlines of every key this worker's table holds."""
+        entries = ((k, self._codec.model_validate_json(raw).next_deadline()) for k, raw in items)
+        self.deadlines.rebuild(entries, monotonic_now)
 
     def load(self, key: str, origin: Any = None) -> Record[Any] | None:
         raw = self.table.load(key, origin)

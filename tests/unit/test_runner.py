@@ -1,0 +1,123 @@
+"""The agent body without Kafka: batches, dead letters, send-before-store, the deadline index."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from sagas.contracts import ledger as lc
+from sagas.messages import Envelope
+from sagas.participants.ledger import CapacityLedger
+from services.worker.deadletter import DeadLetter
+from services.worker.deadlines import DeadlineIndex
+from services.worker.metrics import Metrics
+from services.worker.runner import DictTable, Incoming, ProcessRunner
+
+pytestmark = pytest.mark.unit
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class FakeKafka:
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+        self.fail = fail
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> Any:
+        self.sent.append((topic, key, value))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.fail:
+            future.set_exception(ConnectionError("broker went away"))
+        else:
+            future.set_result(None)
+        return future
+
+
+def runner(kafka: FakeKafka, table: DictTable) -> ProcessRunner:
+    return ProcessRunner(
+        process=CapacityLedger(name="inventory", entity_type="product"),
+        table=table,
+        send=kafka.send,
+        topic_for=lambda channel: f"t.{channel}",
+        dead_letter_topic="t.deadletter",
+        metrics=Metrics(),
+        clock=lambda: T0,
+    )
+
+
+def incoming(message: Any, key: str, offset: int, message_id: str | None = None) -> Incoming:
+    env = Envelope.wrap(
+        message,
+        message_id=message_id or f"m{offset}",
+        key=key,
+        saga_id=f"o{offset}",
+        reply_to="order-saga",
+        occurred_at=T0,
+    )
+    return Incoming("t.inventory", 0, offset, key.encode(), env.encode())
+
+
+async def test_a_batch_decides_each_record_on_the_state_left_by_the_one_before() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    batch = [
+        incoming(lc.SetCapacity(on_hand=1), "p1", 0),
+        incoming(lc.Reserve(reservation_id="o1:p1", quantity=1, ttl_seconds=60), "p1", 1),
+        incoming(lc.Reserve(reservation_id="o2:p1", quantity=1, ttl_seconds=60), "p1", 2),
+    ]
+    await runner(kafka, table).handle_batch(batch)
+    replies = [Envelope.decode(v).type for t, _, v in kafka.sent if t == "t.order-saga"]
+    assert replies == ["ledger.CapacitySet", "ledger.Reserved", "ledger.ReservationRejected"]
+    assert set(table) == {"p1"}
+
+
+async def test_poison_records_are_dead_lettered_and_the_rest_of_the_batch_goes_on() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    poison = Incoming("t.inventory", 0, 0, b"p1", b"{not json")
+    await runner(kafka, table).handle_batch([poison, incoming(lc.SetCapacity(on_hand=3), "p1", 1)])
+    [letter] = [DeadLetter.decode(v) for t, _, v in kafka.sent if t == "t.deadletter"]
+    assert (letter["offset"], letter["stage"]) == (0, "inventory")
+    assert str(letter["reason"]).startswith("not JSON")
+    assert "p1" in table
+
+
+async def test_nothing_is_stored_when_the_outputs_were_not_acknowledged() -> None:
+    table = DictTable()
+    with pytest.raises(ConnectionError):
+        await runner(FakeKafka(fail=True), table).handle_batch(
+            [incoming(lc.SetCapacity(on_hand=3), "p1", 0)]
+        )
+    assert table == {}  # a replay will decide again, on the old state, with the same ids
+
+
+async def test_a_redelivered_record_after_the_store_changes_nothing() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = runner(kafka, table)
+    record = incoming(lc.SetCapacity(on_hand=3), "p1", 0)
+    await r.handle_batch([record])
+    stored, sent = dict(table), len(kafka.sent)
+    await r.handle_batch([record])
+    assert (dict(table), len(kafka.sent)) == (stored, sent)
+    assert r.metrics.snapshot()["inventory.duplicates"] == 1
+
+
+def test_deadline_index_pops_each_key_once_in_time_order_and_forgets_cleared_ones() -> None:
+    index = DeadlineIndex()
+    index.schedule("a", T0 + timedelta(seconds=3))
+    index.schedule("b", T0 + timedelta(seconds=1))
+    index.schedule("c", T0 + timedelta(seconds=2))
+    index.schedule("c", None)  # cleared before it was due
+    index.schedule("a", T0 + timedelta(seconds=3))  # same deadline again: no second entry
+    assert index.pop_due(T0 + timedelta(seconds=5)) == ["b", "a"]
+    assert index.pop_due(T0 + timedelta(seconds=9)) == []
+
+
+def test_deadline_index_is_rebuilt_after_a_rebalance_and_periodically() -> None:
+    index = DeadlineIndex(rescan_every_s=60)
+    assert index.needs_rebuild(0.0)
+    index.rebuild([("a", T0), ("b", None)], monotonic_now=0.0)
+    assert len(index) == 1 and not index.needs_rebuild(30.0)
+    assert index.needs_rebuild(61.0)
+    index.stale = True  # what a rebalance does
+    assert index.needs_rebuild(31.0)
