@@ -48,6 +48,16 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         Path(".local/worker-data"), description="Where the worker keeps its RocksDB tables"
     )
+    rocksdb_write_buffer_mb: int = Field(
+        4,
+        ge=1,
+        description="RocksDB memtable size per table partition (two are kept); bounds worker memory with the cache below",
+    )
+    rocksdb_block_cache_mb: int = Field(
+        8,
+        ge=1,
+        description="RocksDB block cache per table partition; worker memory stays under tables x partitions x (2 x write buffer + cache) plus the heap",
+    )
     worker_web_port: int = Field(
         6066, description="Port of the worker's Faust web server (metrics at /sagaline/metrics)"
     )
