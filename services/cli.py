@@ -1,4 +1,4 @@
-"""The ``sagaline`` command line: topics, worker, api, demo."""
+"""The ``sagaline`` command line: topics, worker, projector, api, db, demo."""
 
 from __future__ import annotations
 
@@ -85,6 +85,36 @@ def api() -> None:
 
 
 @main.command()
+def projector() -> None:
+    """Run the projector: domain events -> read-model database, exactly once."""
+    from services.projector.runner import ProjectorError, serve
+
+    _logging()
+    try:
+        asyncio.run(serve(get_settings()))
+    except ProjectorError as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from exc
+
+
+@main.group()
+def db() -> None:
+    """The read-model database."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True, help="Alembic revision to reach")
+def db_upgrade(revision: str) -> None:
+    """Create or migrate the read-model schema (Alembic) at settings.database_url."""
+    from sqlalchemy.engine import make_url
+
+    from services.readmodels.migrate import upgrade
+
+    url = get_settings().database_url
+    upgrade(url, revision)
+    click.echo(f"read-model database at {make_url(url).render_as_string()} is at {revision}")
+
+
+@main.command()
 @click.option("--url", default=None, help="Base URL of the API (default: from settings)")
 @click.option("--timeout", default=60.0, help="Seconds to wait for the outcomes")
 def demo(url: str | None, timeout: float) -> None:
@@ -97,6 +127,32 @@ def demo(url: str | None, timeout: float) -> None:
     ok = asyncio.run(run_demo(settings, base, timeout))
     if not ok:
         raise click.ClickException("some sagas did not reach a final status in time")
+
+
+@main.command()
+@click.option(
+    "--database-url", default=None, help="Read-model database to rebuild (default: settings)"
+)
+@click.option(
+    "--until-now/--until-checkpoints",
+    default=True,
+    show_default=True,
+    help="End at the topic's end offsets as the job starts, or at the projector's checkpoints",
+)
+def rebuild(database_url: str | None, until_now: bool) -> None:
+    """Rebuild every read model from the event topic with Spark, then swap it in at once."""
+    from spark_projections.job import NotMigrated, run
+    from spark_projections.read import TopicMissing
+    from spark_projections.session import MissingJars
+
+    _logging()
+    settings = get_settings()
+    if database_url:
+        settings = settings.model_copy(update={"database_url": database_url})
+    try:
+        run(settings, until_checkpoints=not until_now)
+    except (MissingJars, NotMigrated, TopicMissing) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 if __name__ == "__main__":

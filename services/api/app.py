@@ -2,31 +2,49 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy import Engine
 
 import sagas.contracts  # noqa: F401  (registers every contract)
-from services.api import orders, products
+from services.api import orders, products, queries
 from services.bus import CommandBus
+from services.projector.offsets import EndOffsets
+from services.readmodels.engine import create_read_engine
+from services.readmodels.freshness import ReadWatch, database_probe
+from services.readmodels.migrate import is_migrated
 from services.settings import Settings
 
+log = logging.getLogger(__name__)
 
-def create_api(settings: Settings, bus: CommandBus | None = None) -> FastAPI:
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+def create_api(
+    settings: Settings, bus: CommandBus | None = None, engine: Engine | None = None
+) -> FastAPI:
+    """The API. A given ``bus`` or ``engine`` is the caller's to start and stop; otherwise
+    the lifespan creates them from ``settings``."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if bus is not None:  # the caller owns a started bus
+        async with AsyncExitStack() as stack:
+            if bus is None:
+                app.state.bus = CommandBus(settings)
+                await app.state.bus.start()
+                stack.push_async_callback(app.state.bus.stop)
+            await _open_read_side(app, settings, engine, stack)
             yield
-            return
-        app.state.bus = CommandBus(settings)
-        await app.state.bus.start()
-        try:
-            yield
-        finally:
-            await app.state.bus.stop()
 
     app = FastAPI(
         title="Sagaline",
@@ -39,7 +57,32 @@ def create_api(settings: Settings, bus: CommandBus | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _readable_422)  # type: ignore[arg-type]
     app.include_router(orders.router)
     app.include_router(products.router)
+    for router in queries.ROUTERS:
+        app.include_router(router)
+
+    @app.get("/healthz", tags=["health"], response_model=Health)
+    async def healthz() -> Health:
+        """Liveness: the process answers. Kafka problems show as 503 on the commands."""
+        return Health()
+
     return app
+
+
+async def _open_read_side(
+    app: FastAPI, settings: Settings, engine: Engine | None, stack: AsyncExitStack
+) -> None:
+    """The read-model engine, the one poller that wakes waiting GETs, the lag reader."""
+    if engine is None:
+        engine = create_read_engine(settings.database_url)
+        stack.callback(engine.dispose)
+    if not await asyncio.to_thread(is_migrated, engine):
+        log.error("the read-model schema is missing: run `sagaline db upgrade`")
+    app.state.engine = engine
+    app.state.watch = ReadWatch(database_probe(engine), settings.read_poll_ms / 1000)
+    await app.state.watch.start()
+    stack.push_async_callback(app.state.watch.stop)
+    app.state.end_offsets = EndOffsets(settings.kafka_bootstrap)
+    stack.push_async_callback(app.state.end_offsets.close)
 
 
 async def _readable_422(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -7,14 +7,38 @@ from datetime import UTC, datetime
 
 from aiokafka.errors import KafkaError
 from fastapi import HTTPException
+from pydantic import BaseModel, Field
 
-from sagas.ids import derive_id
+from sagas.ids import derive_id, external_command_id
 from sagas.messages import Envelope, Message
 from services.bus import CommandBus, Position
 
 
+class Accepted(BaseModel):
+    """A 202 body: the command is on Kafka; its effects show in the read models soon."""
+
+    consistency_token: str = Field(
+        description="Pass it back as ?consistency_token= (or X-Consistency-Token) to a GET: "
+        "the GET then waits until the projector has applied the first event this command "
+        "caused (the order exists, the stock is set...), so it never shows a model older "
+        "than this write. Tokens are kept for SAGALINE_RECEIPT_RETENTION_H hours."
+    )
+
+
 def command_id(scope: str, idempotency_key: str | None) -> str:
-    """The same Idempotency-Key in the same scope always names the same command."""
+    """The id of an accepted command; also its consistency token (it starts with ``cmd-``).
+
+    The same Idempotency-Key in the same scope always names the same command.
+    """
+    return external_command_id(_seed(scope, idempotency_key), "command")
+
+
+def new_entity_id(scope: str, idempotency_key: str | None) -> str:
+    """The id of an entity a command creates (an order): stable under one Idempotency-Key."""
+    return _seed(scope, idempotency_key)
+
+
+def _seed(scope: str, idempotency_key: str | None) -> str:
     if idempotency_key is None:
         return uuid.uuid4().hex
     return derive_id("idempotency", f"{scope}/{idempotency_key}")

@@ -8,20 +8,20 @@ from fastapi import APIRouter, Header
 from pydantic import BaseModel
 
 from sagas.contracts.orders import CancelOrder, PlaceOrder
-from sagas.ids import derive_id
-from services.api.commands import command_id, dispatch
+from sagas.ids import external_command_id
+from services.api.commands import Accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.topics import ORDER_SAGA
 
 router = APIRouter(prefix="/orders", tags=["orders"])
 
 
-class OrderAccepted(BaseModel):
+class OrderAccepted(Accepted):
     order_id: str
     status: Literal["PENDING"] = "PENDING"
 
 
-class CancelAccepted(BaseModel):
+class CancelAccepted(Accepted):
     order_id: str
     status: Literal["CANCEL_REQUESTED"] = "CANCEL_REQUESTED"
 
@@ -44,16 +44,10 @@ IdempotencyKey = Annotated[
 async def place_order(
     order: PlaceOrder, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> OrderAccepted:
-    order_id = command_id(f"order/{order.customer_id}", idempotency_key)
-    await dispatch(
-        bus,
-        ORDER_SAGA,
-        order,
-        key=order_id,
-        saga_id=order_id,
-        message_id=derive_id(order_id, "place"),
-    )
-    return OrderAccepted(order_id=order_id)
+    order_id = new_entity_id(f"order/{order.customer_id}", idempotency_key)
+    message_id = external_command_id(order_id, "place")
+    await dispatch(bus, ORDER_SAGA, order, key=order_id, saga_id=order_id, message_id=message_id)
+    return OrderAccepted(order_id=order_id, consistency_token=message_id)
 
 
 @router.post("/{order_id}/cancel", status_code=202, response_model=CancelAccepted)
@@ -73,4 +67,4 @@ async def cancel_order(
         saga_id=order_id,
         message_id=message_id,
     )
-    return CancelAccepted(order_id=order_id)
+    return CancelAccepted(order_id=order_id, consistency_token=message_id)

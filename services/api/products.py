@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Path
-from pydantic import BaseModel
 
 from sagas.contracts.ledger import SetCapacity
-from services.api.commands import command_id, dispatch
+from services.api.commands import Accepted, command_id, dispatch
 from services.api.deps import BusDep
 from services.topics import INVENTORY
 
@@ -17,7 +16,7 @@ router = APIRouter(prefix="/products", tags=["products"])
 ProductId = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")]
 
 
-class StockAccepted(BaseModel):
+class StockAccepted(Accepted):
     product_id: str
     on_hand: int
     status: Literal["ACCEPTED"] = "ACCEPTED"
@@ -32,4 +31,4 @@ async def set_stock(
 ) -> StockAccepted:
     message_id = command_id(f"stock/{product_id}", idempotency_key)
     await dispatch(bus, INVENTORY, stock, key=product_id, message_id=message_id)
-    return StockAccepted(product_id=product_id, on_hand=stock.on_hand)
+    return StockAccepted(product_id=product_id, on_hand=stock.on_hand, consistency_token=message_id)

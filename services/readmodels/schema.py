@@ -75,6 +75,7 @@ pending_events = Table(
     Column("topic_partition", Integer, nullable=False),
     Column("topic_offset", BigInteger, nullable=False),
     Column("envelope", Text, nullable=False),
+    Column("held_since", DateTime(timezone=True), comment="When the projector first held it"),
     comment="Events held behind a gap in their entity's sequence, until it fills",
 )
 
@@ -85,6 +86,27 @@ projection_checkpoints = Table(
     Column("partition", Integer, primary_key=True),
     Column("next_offset", BigInteger, nullable=False, comment="The next offset to apply"),
 )
+
+projection_counters = Table(
+    "projection_counters",
+    metadata,
+    Column("name", String(50), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+    comment="Running totals of the projector (applied, duplicates, unknown types, dead letters)",
+)
+
+command_receipts = Table(
+    "command_receipts",
+    metadata,
+    Column("command_id", String(200), primary_key=True),
+    Column("entity_key", String(200), nullable=False),
+    Column("topic_partition", Integer, nullable=False),
+    Column("topic_offset", BigInteger, nullable=False),
+    Column("applied_at", DateTime(timezone=True), nullable=False),
+    comment="API commands whose first event is applied: what consistency tokens wait for",
+)
+# Pruning deletes by age.
+Index("ix_command_receipts_applied_at", command_receipts.c.applied_at)
 
 READ_MODEL_TABLES = (orders, product_stock, saga_timeline, entity_positions, pending_events)
 """Everything a rebuild replaces, together with ``projection_checkpoints``."""

@@ -1,0 +1,256 @@
+"""Read models out: one router per resource, every GET able to wait for the caller's write.
+
+A GET that carries a consistency token (from a 202 body) first waits until the projector
+has applied that command, so a client never reads a model older than its own write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from sagas.projections.rows import TimelineRow
+from services.api.deps import SettingsDep
+from services.projector.offsets import EndOffsets
+from services.projector.status import projection_status
+from services.readmodels import queries
+from services.readmodels.freshness import ReadWatch
+from services.readmodels.public import (
+    CustomerOrders,
+    ErrorBody,
+    OrderPublic,
+    ProjectionStatus,
+    StockPublic,
+    TimelinePublic,
+    TimelineStep,
+)
+from services.topics import EVENTS
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+DEFAULT_WAIT_S = 5.0
+MAX_WAIT_S = 30.0
+TOKEN_PATTERN = r"^cmd-[0-9a-f]{32}$"
+
+
+# --- dependencies ----------------------------------------------------------------------
+
+
+def _read_side(request: Request, name: str) -> Any:
+    """Set by the API's lifespan; absent when an app runs without it (some tests)."""
+    value = getattr(request.app.state, name, None)
+    if value is None:
+        raise HTTPException(503, "this API process has no read-model database")
+    return value
+
+
+def get_engine(request: Request) -> Engine:
+    engine: Engine = _read_side(request, "engine")
+    return engine
+
+
+def get_watch(request: Request) -> ReadWatch:
+    watch: ReadWatch = _read_side(request, "watch")
+    return watch
+
+
+def get_end_offsets(request: Request) -> EndOffsets:
+    offsets: EndOffsets = _read_side(request, "end_offsets")
+    return offsets
+
+
+EngineDep = Annotated[Engine, Depends(get_engine)]
+WatchDep = Annotated[ReadWatch, Depends(get_watch)]
+EndOffsetsDep = Annotated[EndOffsets, Depends(get_end_offsets)]
+
+
+@dataclass(frozen=True)
+class ReadAfter:
+    """Passed the read-your-writes check (the caller's token, if any, is applied).
+
+    ``deadline`` ends the caller's ``wait`` budget (event-loop time), which a route may
+    spend on waiting for more (a final status); ``wait_given`` says the caller set one.
+    """
+
+    deadline: float
+    wait_given: bool
+
+    def remaining(self) -> float:
+        return max(self.deadline - asyncio.get_running_loop().time(), 0.0)
+
+
+async def read_after(
+    engine: EngineDep,
+    watch: WatchDep,
+    end_offsets: EndOffsetsDep,
+    settings: SettingsDep,
+    consistency_token: Annotated[
+        str | None,
+        Query(
+            pattern=TOKEN_PATTERN,
+            description="A token from a 202 body: answer only once that command is applied",
+        ),
+    ] = None,
+    x_consistency_token: Annotated[
+        str | None,
+        Header(pattern=TOKEN_PATTERN, description="The same as ?consistency_token="),
+    ] = None,
+    wait: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_WAIT_S,
+            description=f"Seconds to wait (for the token: default {DEFAULT_WAIT_S:g}; "
+            "GET /orders/{id} also waits this long for a final status)",
+        ),
+    ] = None,
+) -> ReadAfter:
+    budget = DEFAULT_WAIT_S if wait is None else wait
+    deadline = asyncio.get_running_loop().time() + budget
+    token = consistency_token or x_consistency_token
+    if token is not None and not await watch.receipt(token, budget):
+        lag = await _lag(engine, settings.topic(EVENTS), end_offsets)
+        raise HTTPException(
+            504,
+            f"the projector has not caught up with your write (consistency token {token}) "
+            f"within {budget:g} s; current lag: {lag}. Retry later.",
+        )
+    return ReadAfter(deadline, wait is not None)
+
+
+async def _lag(engine: Engine, topic: str, end_offsets: EndOffsets) -> str:
+    try:
+        status = await projection_status(engine, topic, end_offsets, MAX_WAIT_S)
+    except SQLAlchemyError:
+        return "unknown (the read-model database is unavailable)"
+    if status.total_lag is None:
+        return "unknown (the broker is unreachable)"
+    return f"{status.total_lag} event(s)"
+
+
+ReadAfterDep = Annotated[ReadAfter, Depends(read_after)]
+
+
+async def _read(engine: Engine, query: Callable[..., T], *args: Any) -> T:
+    """Run a blocking query in a thread; a database problem is a 503, not a crash."""
+
+    def run() -> T:
+        with engine.connect() as conn:
+            return query(conn, *args)
+
+    try:
+        return await asyncio.to_thread(run)
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+
+
+def _unavailable(exc: SQLAlchemyError) -> HTTPException:
+    # The driver's message may name hosts and users: it goes to the log, not to the client.
+    log.warning("read-model query failed: %s", exc)
+    return HTTPException(
+        503, f"the read-model database is unavailable ({type(exc).__name__}); retry later"
+    )
+
+
+def _missing(what: str) -> HTTPException:
+    return HTTPException(
+        404,
+        f"{what} not found: the id is unknown, or its first event is not projected yet "
+        "(pass the consistency_token of your command to wait for it)",
+    )
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "Unknown id"},
+    503: {"model": ErrorBody, "description": "The read-model database is unavailable"},
+    504: {"model": ErrorBody, "description": "The projector has not applied your write in time"},
+}
+Id = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+# --- routers ---------------------------------------------------------------------------
+
+orders = APIRouter(prefix="/orders", tags=["orders"])
+customers = APIRouter(prefix="/customers", tags=["customers"])
+products = APIRouter(prefix="/products", tags=["products"])
+sagas = APIRouter(prefix="/sagas", tags=["sagas"])
+projections = APIRouter(prefix="/projections", tags=["projections"])
+ROUTERS = (orders, customers, products, sagas, projections)
+
+
+@orders.get("/{order_id}", response_model=OrderPublic, responses=ERRORS)
+async def get_order(
+    order_id: Id, engine: EngineDep, watch: WatchDep, after: ReadAfterDep
+) -> OrderPublic:
+    """An order as projected; with ``?wait=`` it first waits for a final status."""
+    if after.wait_given:
+        await watch.final(order_id, after.remaining())
+    row = await _read(engine, queries.get_order, order_id)
+    if row is None:
+        raise _missing(f"order {order_id!r}")
+    return OrderPublic.of(row)
+
+
+@customers.get("/{customer_id}/orders", response_model=CustomerOrders, responses=ERRORS)
+async def customer_orders(
+    customer_id: Id,
+    engine: EngineDep,
+    _after: ReadAfterDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="How many orders")] = 30,
+) -> CustomerOrders:
+    """A customer's most recent orders, newest first."""
+    rows = await _read(engine, queries.customer_orders, customer_id, limit)
+    if not rows:
+        raise _missing(f"orders of customer {customer_id!r}")
+    return CustomerOrders(customer_id=customer_id, orders=[OrderPublic.of(r) for r in rows])
+
+
+@products.get("/{product_id}/stock", response_model=StockPublic, responses=ERRORS)
+async def get_stock(product_id: Id, engine: EngineDep, _after: ReadAfterDep) -> StockPublic:
+    """A product's stock: on hand, reserved, available."""
+    row = await _read(engine, queries.get_stock, product_id)
+    if row is None:
+        raise _missing(f"stock of product {product_id!r}")
+    return StockPublic.of(row)
+
+
+@sagas.get("/{saga_id}", response_model=TimelinePublic, responses=ERRORS)
+async def get_timeline(saga_id: Id, engine: EngineDep, _after: ReadAfterDep) -> TimelinePublic:
+    """Every step of a saga, oldest first, and how it ended: why a saga ended as it did."""
+    steps, order = await _read(engine, _timeline_and_order, saga_id)
+    if not steps:
+        raise _missing(f"saga {saga_id!r}")
+    return TimelinePublic(
+        saga_id=saga_id,
+        status=None if order is None else order.status,
+        reason=None if order is None else order.reason,
+        final=order is not None and order.final,
+        steps=[TimelineStep.of(s) for s in steps],
+    )
+
+
+def _timeline_and_order(
+    conn: Connection, saga_id: str
+) -> tuple[list[TimelineRow], OrderPublic | None]:
+    order = queries.get_order(conn, saga_id)
+    return queries.saga_timeline(conn, saga_id), None if order is None else OrderPublic.of(order)
+
+
+@projections.get("/status", response_model=ProjectionStatus, responses={503: ERRORS[503]})
+async def get_status(
+    engine: EngineDep, end_offsets: EndOffsetsDep, settings: SettingsDep
+) -> ProjectionStatus:
+    """Per partition: the offset applied, the end offset and the lag; held events; counters."""
+    try:
+        return await projection_status(
+            engine, settings.topic(EVENTS), end_offsets, settings.gap_alert_s
+        )
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc

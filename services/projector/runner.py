@@ -1,0 +1,244 @@
+"""The projector's consumer loop: read a batch, dead-letter what is malformed, apply the rest.
+
+Exactly-once effects over at-least-once delivery: the database, not Kafka, holds the
+offsets. Each batch's rows and its next offsets commit in one transaction, and on start
+(and after any failed batch) the consumer seeks to the offsets stored there. Its own
+consumer group (``{app_id}-projector``) is committed too, after the database, only so that
+the usual Kafka tools can show its lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+from sqlalchemy import Engine
+
+from services.projector.batch import Applied, Batch, apply_batch
+from services.projector.offsets import topic_partitions
+from services.projector.triage import Positioned, Rejected, triage
+from services.readmodels import queries, store
+from services.readmodels.engine import create_read_engine
+from services.readmodels.migrate import is_migrated
+from services.settings import Settings
+from services.topics import DEAD_LETTERS, EVENTS
+from services.worker.deadletter import DeadLetter
+
+log = logging.getLogger(__name__)
+
+STAGE = "projector"
+POLL_MS = 200
+HOUSEKEEPING_S = 5.0
+PRUNE_EVERY_S = 600.0
+MAX_BACKOFF_S = 30.0
+
+
+class ProjectorError(RuntimeError):
+    """The projector cannot start (no schema, no topic)."""
+
+
+class Projector:
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.topic = settings.topic(EVENTS)
+        self.totals: Counter[str] = Counter()
+        self._last_prune = float("-inf")
+        self._last_housekeeping = time.monotonic()
+        self._last_gap_warning = float("-inf")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Project until ``stop`` is set; the batch in progress completes first."""
+        if not await asyncio.to_thread(is_migrated, self.engine):
+            raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=f"{self.settings.app_id}-projector",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True, acks="all"
+        )
+        await self._consumer.start()
+        await self._producer.start()
+        try:
+            await self._assign()
+            while not stop.is_set():
+                await self.step()
+        finally:
+            await self._producer.stop()
+            await self._consumer.stop()
+
+    async def step(self) -> None:
+        """One batch (or an idle poll), then housekeeping when it is due."""
+        records = await self._consumer.getmany(
+            timeout_ms=POLL_MS, max_records=self.settings.projector_batch_size
+        )
+        if records:
+            await self._handle(records)
+        if time.monotonic() - self._last_housekeeping >= HOUSEKEEPING_S:
+            await asyncio.to_thread(self._housekeeping)
+
+    async def _assign(self) -> None:
+        partitions = await topic_partitions(self._consumer, self.topic)
+        if not partitions:
+            raise ProjectorError(f"topic {self.topic} does not exist: run `sagaline topics create`")
+        self._consumer.assign(partitions)
+        await self._seek_to_checkpoints()
+
+    async def _seek_to_checkpoints(self) -> None:
+        stored = await asyncio.to_thread(self._checkpoints)
+        for tp in self._consumer.assignment():
+            if tp.partition in stored:
+                self._consumer.seek(tp, stored[tp.partition])
+            else:
+                await self._consumer.seek_to_beginning(tp)
+        log.info("projecting %s from the stored offsets %s", self.topic, stored or "(none)")
+
+    def _checkpoints(self) -> dict[int, int]:
+        with self.engine.connect() as conn:
+            return store.load_checkpoints(conn, self.topic)
+
+    # --- one batch ---------------------------------------------------------------------
+
+    async def _handle(self, records: Mapping[TopicPartition, Sequence[ConsumerRecord]]) -> None:
+        events: list[Positioned] = []
+        dead: list[DeadLetter] = []
+        next_offsets: dict[int, int] = {}
+        for tp, batch in records.items():
+            for record in batch:
+                sorted_out = triage(record.key, record.value)
+                if isinstance(sorted_out, Rejected):
+                    dead.append(_dead_letter(record, sorted_out.reason))
+                else:
+                    events.append(Positioned(sorted_out, tp.partition, record.offset))
+            next_offsets[tp.partition] = batch[-1].offset + 1
+        try:
+            # Parked before the offsets move past them: a crash re-sends, never loses one.
+            await self._send_dead_letters(dead)
+            batch_ = Batch(self.topic, events, next_offsets, len(dead))
+            applied = await asyncio.to_thread(self._write, batch_)
+        except Exception:
+            log.exception("batch failed; resuming from the stored offsets")
+            await self._recover()
+            return
+        self._report(applied, len(dead))
+        await self._commit_to_kafka(next_offsets)
+
+    def _write(self, batch: Batch) -> Applied:
+        with self.engine.begin() as conn:
+            applied = apply_batch(conn, batch, datetime.now(UTC))
+            if self.settings.projector_commit_delay_ms:  # crash tests: die inside a batch
+                time.sleep(self.settings.projector_commit_delay_ms / 1000)
+        return applied
+
+    async def _send_dead_letters(self, dead: list[DeadLetter]) -> None:
+        topic = self.settings.topic(DEAD_LETTERS)
+        futures = [await self._producer.send(topic, d.encode(), key=d.key) for d in dead]
+        await asyncio.gather(*futures)
+
+    async def _recover(self) -> None:
+        """Wait, then rewind to the database's offsets; retried until the database answers."""
+        backoff = 1.0
+        while True:
+            await asyncio.sleep(backoff)
+            try:
+                await self._seek_to_checkpoints()
+                return
+            except Exception as exc:
+                log.warning("cannot read the stored offsets yet (%s); retrying", exc)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _commit_to_kafka(self, next_offsets: Mapping[int, int]) -> None:
+        offsets = {TopicPartition(self.topic, p): o for p, o in next_offsets.items()}
+        try:
+            await self._consumer.commit(offsets)
+        except KafkaError as exc:  # informational only: the database holds the truth
+            log.debug("could not commit offsets to Kafka: %s", exc)
+
+    def _report(self, applied: Applied, dead: int) -> None:
+        self.totals.update(
+            applied=applied.applied, duplicates=applied.duplicates, dead_lettered=dead
+        )
+        for event_type, count in applied.unknown.items():
+            self.totals["unknown_type"] += count
+            log.warning(
+                "skipped %d event(s) of unknown type %r (their sequence numbers still count); "
+                "upgrade the projector and rebuild the read models to show them",
+                count,
+                event_type,
+            )
+        if dead:
+            log.warning("dead-lettered %d malformed record(s)", dead)
+
+    # --- housekeeping ------------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        self._last_housekeeping = time.monotonic()
+        try:
+            self._warn_about_gaps()
+            if self._last_housekeeping - self._last_prune >= PRUNE_EVERY_S:
+                self._prune_receipts()
+                self._last_prune = self._last_housekeeping
+        except Exception as exc:  # never worth stopping the projection for
+            log.warning("housekeeping failed: %s", exc)
+
+    def _warn_about_gaps(self) -> None:
+        older_than = datetime.now(UTC) - timedelta(seconds=self.settings.gap_alert_s)
+        with self.engine.connect() as conn:
+            stuck = queries.held_before(conn, older_than)
+        quiet = time.monotonic() - self._last_gap_warning < self.settings.gap_alert_s
+        if not stuck.count or quiet:
+            return
+        self._last_gap_warning = time.monotonic()
+        shown = ", ".join(f"{key} #{seq}" for key, seq in stuck.examples)
+        log.warning(
+            "%d event(s) held for over %.0f s behind a sequence gap that has not filled: %s",
+            stuck.count,
+            self.settings.gap_alert_s,
+            shown,
+        )
+
+    def _prune_receipts(self) -> None:
+        cutoff = datetime.now(UTC) - timedelta(hours=self.settings.receipt_retention_h)
+        with self.engine.begin() as conn:
+            pruned = store.prune_receipts(conn, cutoff)
+        if pruned:
+            log.info("pruned %d command receipt(s) older than %s", pruned, cutoff)
+
+
+def _dead_letter(record: ConsumerRecord, reason: str) -> DeadLetter:
+    log.warning(
+        "malformed record %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
+    )
+    return DeadLetter(
+        source_topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        reason=reason,
+        stage=STAGE,
+    )
+
+
+async def serve(settings: Settings) -> None:
+    """``sagaline projector``: run until SIGTERM or SIGINT, then finish the current batch."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    engine = create_read_engine(settings.database_url)
+    try:
+        await Projector(settings, engine).run(stop)
+    finally:
+        engine.dispose()

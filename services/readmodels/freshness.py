@@ -1,0 +1,130 @@
+"""Waiting until the read models have caught up: with a write (a consistency token) or with
+an order's final status.
+
+One poller per API process asks the database, every ``interval`` and only while somebody
+waits, which of the awaited things have arrived: a single query for any number of waiters.
+Each awaited thing has one slot (an :class:`asyncio.Event` and a count of waiters); a
+waiter leaves its slot in ``finally``, so a timeout or a client that hangs up leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlalchemy import Engine
+
+from services.readmodels import queries
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["receipt", "final"]
+
+
+@dataclass(frozen=True)
+class Arrived:
+    receipts: frozenset[str] = frozenset()
+    """Consistency tokens whose command the projector has applied."""
+    final_orders: frozenset[str] = frozenset()
+    """Orders in a final status."""
+
+
+Probe = Callable[[frozenset[str], frozenset[str]], Arrived]
+"""(awaited tokens, awaited orders) -> what has arrived; blocking, so it runs in a thread."""
+
+
+@dataclass
+class _Slot:
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
+
+
+class ReadWatch:
+    def __init__(self, probe: Probe, interval_s: float = 0.05) -> None:
+        self._probe = probe
+        self._interval = interval_s
+        self._slots: dict[tuple[Kind, str], _Slot] = {}
+        self._someone_waits = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._poll(), name="read-watch")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def open_slots(self) -> int:
+        """Things somebody waits for right now (0 when nobody waits: nothing leaks)."""
+        return len(self._slots)
+
+    async def receipt(self, token: str, timeout: float) -> bool:
+        """True once the command behind ``token`` is applied; False after ``timeout`` s."""
+        return await self._wait("receipt", token, timeout)
+
+    async def final(self, order_id: str, timeout: float) -> bool:
+        """True once ``order_id`` is in a final status; False after ``timeout`` s."""
+        return await self._wait("final", order_id, timeout)
+
+    async def _wait(self, kind: Kind, ident: str, timeout: float) -> bool:
+        key = (kind, ident)
+        slot = self._slots.setdefault(key, _Slot())
+        slot.waiters += 1
+        self._someone_waits.set()
+        try:
+            async with asyncio.timeout(max(timeout, 0)):
+                await slot.arrived.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            slot.waiters -= 1
+            if slot.waiters == 0:
+                del self._slots[key]
+
+    async def _poll(self) -> None:
+        while True:
+            await self._someone_waits.wait()
+            if not self._slots:
+                self._someone_waits.clear()
+                continue
+            await self._check_once()
+            await asyncio.sleep(self._interval)
+
+    async def _check_once(self) -> None:
+        pending = [key for key, slot in self._slots.items() if not slot.arrived.is_set()]
+        tokens = frozenset(i for kind, i in pending if kind == "receipt")
+        orders = frozenset(i for kind, i in pending if kind == "final")
+        if not tokens and not orders:
+            return
+        try:
+            arrived = await asyncio.to_thread(self._probe, tokens, orders)
+        except Exception:  # the database may be briefly away: waiters time out, we go on
+            log.warning("read watch: could not check the read models", exc_info=True)
+            return
+        keys: list[tuple[Kind, str]] = [("receipt", t) for t in arrived.receipts]
+        keys += [("final", o) for o in arrived.final_orders]
+        for key in keys:
+            if (slot := self._slots.get(key)) is not None:
+                slot.arrived.set()
+
+
+def database_probe(engine: Engine) -> Probe:
+    """A :data:`Probe` that asks the read-model database (receipts and order statuses)."""
+
+    def probe(tokens: frozenset[str], orders: frozenset[str]) -> Arrived:
+        with engine.connect() as conn:
+            return Arrived(
+                receipts=frozenset(queries.receipts_among(conn, tokens)),
+                final_orders=frozenset(queries.final_orders_among(conn, orders)),
+            )
+
+    return probe

@@ -1,0 +1,144 @@
+"""The projector's reads and writes, a batch at a time (one statement per table and batch).
+
+Every function takes the connection of the batch's transaction; none commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, select
+
+from sagas.messages import Envelope
+from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from services.readmodels import codec, schema
+from services.readmodels.upsert import upsert
+
+# Ids in one IN (...) list; keeps statements small on both backends.
+IN_CHUNK = 1000
+
+
+def in_chunks(items: Collection[str]) -> Iterator[list[str]]:
+    """``items`` sorted, in lists short enough for one ``IN (...)``."""
+    ordered = sorted(items)
+    for start in range(0, len(ordered), IN_CHUNK):
+        yield ordered[start : start + IN_CHUNK]
+
+
+# --- reads -----------------------------------------------------------------------------
+
+
+def load_positions(conn: Connection, keys: Collection[str]) -> dict[str, int]:
+    t = schema.entity_positions
+    found: dict[str, int] = {}
+    for chunk in in_chunks(keys):
+        query = select(t.c.entity_key, t.c.last_sequence).where(t.c.entity_key.in_(chunk))
+        found.update({key: seq for key, seq in conn.execute(query)})
+    return found
+
+
+def load_pending(conn: Connection, keys: Collection[str]) -> list[Mapping[Any, Any]]:
+    """Held events of ``keys``, as stored (the envelope still encoded)."""
+    t = schema.pending_events
+    found: list[Mapping[Any, Any]] = []
+    for chunk in in_chunks(keys):
+        query = select(t).where(t.c.entity_key.in_(chunk)).order_by(t.c.entity_key, t.c.sequence)
+        found.extend(row._mapping for row in conn.execute(query))
+    return found
+
+
+def load_orders(conn: Connection, order_ids: Collection[str]) -> dict[str, OrderRow]:
+    t = schema.orders
+    found: dict[str, OrderRow] = {}
+    for chunk in in_chunks(order_ids):
+        for row in conn.execute(select(t).where(t.c.order_id.in_(chunk))):
+            found[row.order_id] = codec.order_row(row._mapping)
+    return found
+
+
+def load_stock(conn: Connection, product_ids: Collection[str]) -> dict[str, StockRow]:
+    t = schema.product_stock
+    found: dict[str, StockRow] = {}
+    for chunk in in_chunks(product_ids):
+        for row in conn.execute(select(t).where(t.c.product_id.in_(chunk))):
+            found[row.product_id] = codec.stock_row(row._mapping)
+    return found
+
+
+def load_checkpoints(conn: Connection, topic: str) -> dict[int, int]:
+    t = schema.projection_checkpoints
+    rows = conn.execute(select(t.c.partition, t.c.next_offset).where(t.c.topic == topic))
+    return {partition: offset for partition, offset in rows}
+
+
+# --- writes ----------------------------------------------------------------------------
+
+
+def save_orders(conn: Connection, rows: Sequence[OrderRow]) -> None:
+    upsert(conn, schema.orders, [codec.order_values(r) for r in rows])
+
+
+def save_stock(conn: Connection, rows: Sequence[StockRow]) -> None:
+    upsert(conn, schema.product_stock, [codec.stock_values(r) for r in rows])
+
+
+def add_timeline(conn: Connection, rows: Sequence[TimelineRow]) -> None:
+    # A step is a fact: once written it never changes, so a conflict keeps the stored one.
+    upsert(conn, schema.saga_timeline, [codec.timeline_values(r) for r in rows], update=())
+
+
+def save_positions(conn: Connection, positions: Mapping[str, int]) -> None:
+    values = [{"entity_key": k, "last_sequence": s} for k, s in positions.items()]
+    upsert(conn, schema.entity_positions, values)
+
+
+def replace_pending(
+    conn: Connection, keys: Collection[str], held: Sequence[tuple[Envelope, int, int, datetime]]
+) -> None:
+    """Make ``held`` (event, partition, offset, held since) the held events of ``keys``."""
+    t = schema.pending_events
+    for chunk in in_chunks(keys):
+        conn.execute(delete(t).where(t.c.entity_key.in_(chunk)))
+    values = [
+        {
+            "entity_key": event.key,
+            "sequence": event.sequence,
+            "topic_partition": partition,
+            "topic_offset": offset,
+            "envelope": event.encode().decode(),
+            "held_since": codec.utc(since),
+        }
+        for event, partition, offset, since in held
+    ]
+    upsert(conn, t, values)
+
+
+def add_receipts(conn: Connection, receipts: Sequence[Mapping[str, Any]]) -> None:
+    # The first applied event of a command is its receipt; later ones change nothing.
+    upsert(conn, schema.command_receipts, receipts, update=())
+
+
+def save_checkpoints(conn: Connection, topic: str, next_offsets: Mapping[int, int]) -> None:
+    values = [
+        {"topic": topic, "partition": p, "next_offset": o} for p, o in sorted(next_offsets.items())
+    ]
+    upsert(conn, schema.projection_checkpoints, values)
+
+
+def add_to_counters(conn: Connection, increments: Mapping[str, int]) -> None:
+    t = schema.projection_counters
+    wanted = {name: n for name, n in increments.items() if n}
+    if not wanted:
+        return
+    query = select(t.c.name, t.c.value).where(t.c.name.in_(list(wanted)))
+    stored: dict[str, int] = {name: value for name, value in conn.execute(query)}
+    values = [{"name": k, "value": stored.get(k, 0) + n} for k, n in sorted(wanted.items())]
+    upsert(conn, t, values)
+
+
+def prune_receipts(conn: Connection, older_than: datetime) -> int:
+    t = schema.command_receipts
+    result = conn.execute(delete(t).where(t.c.applied_at < codec.utc(older_than)))
+    return result.rowcount or 0

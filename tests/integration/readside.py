@@ -1,0 +1,189 @@
+"""The read side for tests: fresh migrated databases (PostgreSQL and SQLite), the projector
+as a real process, raw event production, and whole-table snapshots to compare runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from sqlalchemy import Engine, create_engine, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from sagas.messages import Envelope
+from services.readmodels import codec, schema, store
+from services.readmodels.engine import create_read_engine
+from services.readmodels.migrate import upgrade
+from services.settings import Settings
+from services.topics import EVENTS
+from tests.integration.harness import settings_env
+
+PG_URL = os.environ.get(
+    "SAGALINE_TEST_PG_URL", "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/sagaline"
+)
+BACKENDS = ("postgresql", "sqlite")
+WALL_CLOCK_COLUMNS = {("pending_events", "held_since"), ("command_receipts", "applied_at")}
+"""Columns that record when this run did something: they differ between two equal runs."""
+
+
+@contextmanager
+def fresh_database(backend: str, tmp: Path) -> Iterator[str]:
+    """A new, migrated (never create_all) read-model database; its URL."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp / f'read-{uuid.uuid4().hex[:8]}.db'}"
+        upgrade(url)
+        yield url
+        return
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        problem = None
+    except OperationalError as exc:
+        admin.dispose()
+        problem = str(exc.orig).splitlines()[0]
+    if problem is not None:  # fail, never skip: CI starts PostgreSQL, so this is a real error
+        pytest.fail(
+            f"PostgreSQL is not reachable at {make_url(PG_URL).render_as_string()}: start it "
+            f"with `deploy/local/postgres.sh start` or set SAGALINE_TEST_PG_URL ({problem})",
+            pytrace=False,
+        )
+    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every read-model table, normalised (UTC times, cents), sorted; without
+    the wall-clock columns."""
+    tables: dict[str, list[tuple[Any, ...]]] = {}
+    with engine.connect() as conn:
+        for table in schema.metadata.sorted_tables:
+            columns = [c for c in table.columns if (table.name, c.name) not in WALL_CLOCK_COLUMNS]
+            rows = conn.execute(select(*columns)).all()
+            tables[table.name] = sorted(tuple(_normal(v) for v in row) for row in rows)
+    return tables
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return codec.utc(value)
+    if isinstance(value, Decimal | float):
+        return codec.money(value)
+    return value
+
+
+def applied_offsets(engine: Engine, topic: str) -> dict[int, int]:
+    with engine.connect() as conn:
+        return store.load_checkpoints(conn, topic)
+
+
+async def produce(
+    settings: Settings, records: Iterable[Envelope | tuple[bytes, bytes]]
+) -> dict[int, int]:
+    """Write envelopes (or raw key/value pairs) to the event topic in this order; returns
+    the end offset per partition afterwards."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all"
+    )
+    await producer.start()
+    topic = settings.topic(EVENTS)
+    ends: dict[int, int] = {}
+    try:
+        futures = []
+        for record in records:
+            key, value = (
+                (record.key.encode(), record.encode()) if isinstance(record, Envelope) else record
+            )
+            futures.append(await producer.send(topic, value, key=key))
+        for meta in await asyncio.gather(*futures):
+            ends[meta.partition] = max(ends.get(meta.partition, 0), meta.offset + 1)
+    finally:
+        await producer.stop()
+    return ends
+
+
+async def wait_until_applied(
+    engine: Engine, topic: str, ends: dict[int, int], timeout: float = 60
+) -> None:
+    """Until the checkpoints reach ``ends`` (partition -> end offset)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        applied = await asyncio.to_thread(applied_offsets, engine, topic)
+        if all(applied.get(p, 0) >= end for p, end in ends.items()):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(
+        f"projector did not reach {ends}; applied: {applied_offsets(engine, topic)}"
+    )
+
+
+class ProjectorProcess:
+    """``sagaline projector`` as a real process, so a test can SIGKILL it and start it again."""
+
+    def __init__(self, settings: Settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.log = self.log_dir / f"projector-{self.settings.app_id}-{self.starts}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "projector"],
+                env=settings_env(self.settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook, no rollback, no commit."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail_log(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+@contextmanager
+def read_engine(url: str) -> Iterator[Engine]:
+    engine = create_read_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
