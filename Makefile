@@ -66,7 +66,9 @@ format: install
 
 bench: install
 	deploy/local/kafka.sh start
-	$(BIN)/python benchmarks/bench_sagas.py
+	$(BIN)/python -m benchmarks.bench_sagas
+	deploy/local/postgres.sh start
+	$(BIN)/python -m benchmarks.bench_projector
 
 clean: stop
 	rm -rf .local/worker-data .local/logs .local/sagaline.db*

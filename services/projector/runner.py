@@ -220,15 +220,7 @@ def _dead_letter(record: ConsumerRecord, reason: str) -> DeadLetter:
     log.warning(
         "malformed record %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
     )
-    return DeadLetter(
-        source_topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        key=record.key,
-        value=record.value,
-        reason=reason,
-        stage=STAGE,
-    )
+    return DeadLetter.of(record, reason, STAGE)
 
 
 async def serve(settings: Settings) -> None:

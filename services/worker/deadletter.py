@@ -33,6 +33,19 @@ class DeadLetter:
         }
         return json.dumps(body).encode()
 
+    @classmethod
+    def of(cls, record: Any, reason: str, stage: str) -> DeadLetter:
+        """For a consumed record: anything with topic, partition, offset, key and value."""
+        return cls(
+            source_topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            reason=reason,
+            stage=stage,
+        )
+
     @staticmethod
     def decode(raw: bytes) -> dict[str, Any]:
         return dict(json.loads(raw))

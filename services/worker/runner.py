@@ -131,12 +131,12 @@ class ProcessRunner:
         except ContractError as exc:
             self.metrics.inc(name, "invalid")
             log.warning("%s: dead-lettering %s@%s: %s", name, incoming.topic, incoming.offset, exc)
-            dead.append(_dead(incoming, str(exc), name))
+            dead.append(DeadLetter.of(incoming, str(exc), name))
             return None
         except Exception as exc:  # an agent must never die silently: park the record, go on
             self.metrics.inc(name, "errors")
             log.exception("%s: failed on %s@%s", name, incoming.topic, incoming.offset)
-            dead.append(_dead(incoming, f"{type(exc).__name__}: {exc}", name))
+            dead.append(DeadLetter.of(incoming, f"{type(exc).__name__}: {exc}", name))
             return None
         self.metrics.inc(name, "duplicates" if result.duplicate else "processed")
         return _Decided(key, result)
@@ -159,15 +159,3 @@ class ProcessRunner:
 class _Decided:
     record_key: str
     result: StepResult
-
-
-def _dead(incoming: Incoming, reason: str, stage: str) -> DeadLetter:
-    return DeadLetter(
-        source_topic=incoming.topic,
-        partition=incoming.partition,
-        offset=incoming.offset,
-        key=incoming.key,
-        value=incoming.value,
-        reason=reason,
-        stage=stage,
-    )

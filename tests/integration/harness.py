@@ -75,8 +75,12 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-class Worker:
-    """``sagaline worker`` as a real process, so a test can SIGKILL it and start it again."""
+class ServiceProcess:
+    """A ``sagaline`` command as a real process, so a test can SIGKILL it and start it again."""
+
+    command = "worker"
+    ready_marker: str | None = "Ready"
+    """A line the process logs once it serves; None: do not wait."""
 
     def __init__(self, settings: Settings, log_dir: Path) -> None:
         self.settings = settings
@@ -86,24 +90,28 @@ class Worker:
 
     def start(self, timeout: float = 90) -> None:
         self.starts += 1
-        self.log = self.log_dir / f"worker-{self.starts}.log"
+        self.log = self.log_dir / f"{self.command}-{self.settings.app_id}-{self.starts}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "worker"],
+                [sys.executable, "-m", "services.cli", self.command],
                 env=settings_env(self.settings),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
             )
+        if self.ready_marker is None:
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log.read_text(errors="replace")
-            if "Ready" in text:
+            if self.ready_marker in text:
                 return
             if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{text[-4000:]}")
+                raise RuntimeError(
+                    f"{self.command} exited with {self.proc.returncode}:\n{text[-4000:]}"
+                )
             time.sleep(0.2)
-        raise RuntimeError(f"worker not ready after {timeout}s:\n{self.log.read_text()[-4000:]}")
+        raise RuntimeError(f"{self.command} not ready after {timeout}s:\n{self.tail_log(4000)}")
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook, no flush, no commit."""
@@ -120,8 +128,15 @@ class Worker:
                 self.proc.kill()
                 self.proc.wait(10)
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def tail_log(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
+
+
+class Worker(ServiceProcess):
+    """``sagaline worker``: ready once Faust logs that it is."""
 
 
 class Stack:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -30,7 +27,7 @@ from services.readmodels.engine import create_read_engine
 from services.readmodels.migrate import upgrade
 from services.settings import Settings
 from services.topics import EVENTS
-from tests.integration.harness import settings_env
+from tests.integration.harness import ServiceProcess
 
 PG_URL = os.environ.get(
     "SAGALINE_TEST_PG_URL", "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/sagaline"
@@ -138,46 +135,11 @@ async def wait_until_applied(
     )
 
 
-class ProjectorProcess:
-    """``sagaline projector`` as a real process, so a test can SIGKILL it and start it again."""
+class ProjectorProcess(ServiceProcess):
+    """``sagaline projector`` as a real process (it logs nothing to wait for at start)."""
 
-    def __init__(self, settings: Settings, log_dir: Path) -> None:
-        self.settings = settings
-        self.log_dir = log_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        self.log = self.log_dir / f"projector-{self.settings.app_id}-{self.starts}.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "projector"],
-                env=settings_env(self.settings),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown hook, no rollback, no commit."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail_log(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:]
+    command = "projector"
+    ready_marker = None
 
 
 @contextmanager
