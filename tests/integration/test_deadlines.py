@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
-from tests.integration.harness import Stack, isolated_settings, running_stack
+from tests.integration.harness import Stack, Worker, free_port, isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -70,3 +71,32 @@ async def test_unconfirmed_reservation_expires_frees_stock_and_cancels(short_hol
     # The unit is free again: the next order gets it.
     again = await short_holds.place([("guava", 1)])
     assert (await short_holds.tail.wait_for([again], 20))[again].status == "CONFIRMED"
+
+
+async def test_deadlines_fire_on_the_worker_that_inherits_a_dead_workers_partitions(
+    short_steps: Stack, tmp_path: Path
+) -> None:
+    second = Worker(
+        short_steps.settings.model_copy(
+            update={"worker_web_port": free_port(), "data_dir": tmp_path / "second-worker"}
+        ),
+        tmp_path,
+    )
+    await asyncio.to_thread(second.start)
+    try:
+        await asyncio.sleep(3)  # the group rebalances: each worker now owns some partitions
+        await short_steps.set_stock("lychee", 20)
+        orders = [
+            await short_steps.place([("lychee", 1)], method="hang", customer=f"l{i}")
+            for i in range(12)  # spread over every partition of the saga topic
+        ]
+        await short_steps.wait_stock("lychee", lambda f: f["reserved"] == 12)
+        await asyncio.to_thread(short_steps.worker.kill)  # its partitions move to `second`
+        outcomes = await short_steps.tail.wait_for(orders, 40)
+        assert {(o.status, o.reason) for o in outcomes.values()} == {("CANCELLED", "timeout")}
+        assert len(outcomes) == 12
+        lychee = await short_steps.wait_stock("lychee", lambda f: f["reserved"] == 0)
+        assert lychee["on_hand"] == 20
+    finally:
+        await asyncio.to_thread(second.stop)
+        await asyncio.to_thread(short_steps.worker.start)  # leave the module's stack whole

@@ -121,3 +121,18 @@ def test_deadline_index_is_rebuilt_after_a_rebalance_and_periodically() -> None:
     assert index.needs_rebuild(61.0)
     index.stale = True  # what a rebalance does
     assert index.needs_rebuild(31.0)
+
+
+async def test_an_exception_inside_a_definition_is_dead_lettered_with_its_error() -> None:
+    class Broken(CapacityLedger):
+        def decide(self, state: Any, message: Any, ctx: Any) -> Any:
+            raise ZeroDivisionError("a bug in a saga definition")
+
+    kafka, table = FakeKafka(), DictTable()
+    r = runner(kafka, table)
+    r.process = Broken(name="inventory", entity_type="product")
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=3), "p1", 0)])
+    [letter] = [DeadLetter.decode(v) for t, _, v in kafka.sent if t == "t.deadletter"]
+    assert letter["reason"] == "ZeroDivisionError: a bug in a saga definition"
+    assert r.metrics.snapshot()["inventory.errors"] == 1
+    assert table == {}
