@@ -16,6 +16,8 @@ def _logging() -> None:
         level=get_settings().log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # One line per HTTP request would bury the demo's and the components' own output.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 @click.group()
