@@ -78,6 +78,7 @@ def create_app(
         topic_partitions=settings.partitions,
         processing_guarantee="at_least_once",
         producer_acks=-1,
+        producer_linger=settings.producer_linger_ms / 1000,
         key_serializer="raw",
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
