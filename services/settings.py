@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     worker_web_port: int = Field(
         6066, description="Port of the worker's Faust web server (metrics at /sagaline/metrics)"
     )
+    producer_linger_ms: float = Field(
+        0.0,
+        ge=0,
+        description="How long the worker's producer waits to batch records into one request (adds that much latency per hop)",
+    )
     session_timeout_s: float = Field(
         10.0,
         ge=6,
@@ -148,6 +153,10 @@ class Settings(BaseSettings):
         16,
         ge=0,
         description="Spark tasks the rebuild splits the topic into at least (0: one per Kafka partition)",
+    )
+    rebuild_scratch_dir: Path = Field(
+        Path(".local/spark/scratch"),
+        description="Where the rebuild keeps its intermediate Parquet files (emptied at start and end; relative to the repository; a shared filesystem under a cluster master)",
     )
     rebuild_jdbc_batch_size: int = Field(
         10_000, ge=1, description="Rows per JDBC batch when the rebuild fills staging tables"
