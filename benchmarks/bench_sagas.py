@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -150,6 +151,9 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
     )
+    print(
+        f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
+    )
     await create_topics(settings)
 
     relay_rate = await baseline(settings, args.orders)
@@ -183,12 +187,14 @@ async def main(args: argparse.Namespace) -> None:
             f"latency   command->outcome at half load ({half:,.0f}/s, {args.latency_orders} orders): {summary_ms(latencies)}"
         )
         if args.soak_seconds:
-            soak = int(half * args.soak_seconds)
-            _, soak_lat = await run_orders(bus, tail, soak, args.products, half)
+            soak_rate = args.soak_rate or half
+            soak = int(soak_rate * args.soak_seconds)
+            _, soak_lat = await run_orders(bus, tail, soak, args.products, soak_rate)
             print(
-                f"soak      {soak} orders over ~{args.soak_seconds} s at {half:,.0f}/s: {summary_ms(soak_lat)}"
+                f"soak      {soak} orders over ~{args.soak_seconds} s at {soak_rate:,.0f}/s: {summary_ms(soak_lat)}"
             )
         print(f"memory    worker {rss.stop()}")
+        print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
     finally:
         await tail.stop()
         await bus.stop()
@@ -203,4 +209,7 @@ if __name__ == "__main__":
     parser.add_argument("--latency-orders", type=int, default=2000)
     parser.add_argument("--products", type=int, default=200)
     parser.add_argument("--soak-seconds", type=int, default=0)
+    parser.add_argument(
+        "--soak-rate", type=float, default=0, help="orders/s during the soak (default: half load)"
+    )
     asyncio.run(main(parser.parse_args()))
