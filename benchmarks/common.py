@@ -73,10 +73,12 @@ class RssSampler:
             return "no samples"
         values = [v for _, v in self.samples]
         quarter = max(1, len(values) // 4)
+        per_minute = [f"{v:.0f}" for t, v in self.samples if int(t) % 60 == 0][:20]
         return (
             f"RSS first-quarter avg {statistics.fmean(values[:quarter]):.0f} MiB, "
             f"last-quarter avg {statistics.fmean(values[-quarter:]):.0f} MiB, "
-            f"max {max(values):.0f} MiB over {self.samples[-1][0]:.0f} s"
+            f"max {max(values):.0f} MiB over {self.samples[-1][0]:.0f} s; "
+            f"each minute: {' '.join(per_minute)} MiB"
         )
 
 
