@@ -143,6 +143,7 @@ def demo(url: str | None, timeout: float) -> None:
 )
 def rebuild(database_url: str | None, until_now: bool) -> None:
     """Rebuild every read model from the event topic with Spark, then swap it in at once."""
+    from spark_projections.guard import AlreadyRunning
     from spark_projections.job import NotMigrated, run
     from spark_projections.read import TopicMissing
     from spark_projections.session import MissingJars
@@ -153,7 +154,7 @@ def rebuild(database_url: str | None, until_now: bool) -> None:
         settings = settings.model_copy(update={"database_url": database_url})
     try:
         run(settings, until_checkpoints=not until_now)
-    except (MissingJars, NotMigrated, TopicMissing) as exc:
+    except (AlreadyRunning, MissingJars, NotMigrated, TopicMissing) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -1,0 +1,409 @@
+"""Spark schemas and value checks derived from the pydantic contracts, never written by hand.
+
+Every registered payload type whose fields are all of a kind listed below gets a
+:class:`PayloadContract`: its fields in contract order (the order pydantic writes them), a
+Spark type per field and a check that accepts a value only where pydantic would accept it
+*and* would write it back unchanged. The checks are deliberately sound rather than complete:
+a value they cannot vouch for (a float, a nested model, an unknown constraint, a decimal
+written with an exponent...) makes the record take the exact Python path instead
+(:mod:`spark_projections.parse`), so adding a contract can slow the rebuild, never skew it.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from functools import cache
+from typing import Any, Literal, get_args, get_origin
+
+import annotated_types as at
+from pydantic import BaseModel
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.contracts import orders, payment
+from sagas.contracts.ledger import LedgerFact
+from sagas.messages import SCHEMA_VERSION, Envelope, Message
+
+Check = Callable[[Column], Column]
+"""A predicate on a non-null value: true where pydantic accepts it as written."""
+
+# A decimal pydantic would print back exactly as written (str(Decimal(s)) == s): no
+# exponent, no leading zeros, and at most six zeros after "0." (str() switches to an
+# exponent below 1E-6).
+CANONICAL_DECIMAL = r"^-?([1-9][0-9]*(\.[0-9]+)?|0(\.(0{0,5}[1-9][0-9]*|0{1,6}))?)$"
+# Longer decimals go the exact path: casting them natively could overflow DECIMAL(38, x).
+MAX_NATIVE_DECIMAL_CHARS = 30
+
+
+class Unsupported(Exception):
+    """A field the native checks cannot vouch for; its type takes the exact Python path."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    dtype: DataType
+    optional: bool
+    check: Check
+
+
+@dataclass(frozen=True)
+class PayloadContract:
+    type_name: str
+    fields: tuple[FieldSpec, ...]
+
+
+# --- the envelope ----------------------------------------------------------------------
+
+ENVELOPE_FIELDS: tuple[str, ...] = tuple(Envelope.model_fields)
+"""The envelope's fields in the order ``Envelope.encode`` writes them."""
+assert ENVELOPE_FIELDS[-1] == "payload", "the canonical-text check relies on payload last"
+
+_ENVELOPE_TYPES: dict[str, DataType] = {"schema_version": LongType(), "sequence": LongType()}
+
+
+def envelope_schema() -> StructType:
+    """The envelope with ``occurred_at`` and ``payload`` kept as text (checked later)."""
+    return StructType(
+        [StructField(n, _ENVELOPE_TYPES.get(n, StringType())) for n in ENVELOPE_FIELDS]
+    )
+
+
+# --- payload types ---------------------------------------------------------------------
+
+
+def known_types() -> frozenset[str]:
+    return frozenset(Message.known_types())
+
+
+def types_of(base: type[Message]) -> frozenset[str]:
+    return frozenset(t for t, m in Message.known_types().items() if issubclass(m, base))
+
+
+def ledger_fact_types() -> frozenset[str]:
+    return types_of(LedgerFact)
+
+
+DOMAIN_EVENTS: tuple[type[Message], ...] = (
+    orders.OrderPlaced,
+    orders.OrderStatusChanged,
+    orders.CancelRefused,
+    *sorted(
+        (m for m in Message.known_types().values() if issubclass(m, LedgerFact)),
+        key=lambda m: m.TYPE,
+    ),
+    payment.Authorized,
+    payment.Declined,
+    payment.Captured,
+    payment.Voided,
+)
+"""The facts Sagaline's processes publish on the event topic: the types worth a native
+path. Any other type (a command, a tick) on that topic is valid for the projector too, and
+takes the exact route; a test keeps this list in step with the folds and summaries."""
+
+
+@cache
+def native_contracts() -> dict[str, PayloadContract]:
+    """Every domain-event type the native checks fully cover, by type name."""
+    found: dict[str, PayloadContract] = {}
+    for model in DOMAIN_EVENTS:
+        try:
+            found[model.TYPE] = PayloadContract(model.TYPE, _fields(model))
+        except Unsupported:
+            continue
+    return _without_conflicts(found)
+
+
+def payload_schema() -> StructType:
+    """One struct holding the fields of every native type (same name -> same Spark type)."""
+    by_name: dict[str, DataType] = {}
+    for contract in native_contracts().values():
+        for spec in contract.fields:
+            by_name.setdefault(spec.name, spec.dtype)
+    return StructType([StructField(n, t) for n, t in sorted(by_name.items())])
+
+
+def _without_conflicts(found: dict[str, PayloadContract]) -> dict[str, PayloadContract]:
+    """Drop the types whose field shares a name but not a Spark type with an earlier one."""
+    seen: dict[str, DataType] = {}
+    kept: dict[str, PayloadContract] = {}
+    for name, contract in found.items():
+        if all(seen.get(f.name, f.dtype) == f.dtype for f in contract.fields):
+            kept[name] = contract
+            seen.update({f.name: f.dtype for f in contract.fields})
+    return kept
+
+
+def _fields(model: type[BaseModel]) -> tuple[FieldSpec, ...]:
+    specs = []
+    for name, info in model.model_fields.items():
+        annotation, optional = _strip_optional(info.annotation)
+        dtype, check = _kind(annotation, list(info.metadata))
+        specs.append(FieldSpec(name, dtype, optional, check))
+    return tuple(specs)
+
+
+def _strip_optional(annotation: Any) -> tuple[Any, bool]:
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(get_args(annotation)) == 2:
+            return args[0], True
+        raise Unsupported(f"union {annotation}")
+    return annotation, False
+
+
+def _kind(annotation: Any, metadata: list[Any]) -> tuple[DataType, Check]:
+    if annotation is bool:
+        return BooleanType(), _no_constraints(metadata)
+    if annotation is int:
+        return LongType(), _numeric(metadata, lambda c: c)
+    if annotation is str:
+        return StringType(), _string(metadata)
+    if annotation is Decimal:
+        return StringType(), _decimal(metadata)
+    if get_origin(annotation) is Literal:
+        values = get_args(annotation)
+        if not all(isinstance(v, str) for v in values):
+            raise Unsupported(f"literal {annotation}")
+        return StringType(), _all(_no_constraints(metadata), lambda c: c.isin(*values))
+    if get_origin(annotation) is tuple:
+        return _array_of_models(annotation, metadata)
+    raise Unsupported(f"type {annotation}")
+
+
+def _array_of_models(annotation: Any, metadata: list[Any]) -> tuple[DataType, Check]:
+    args = get_args(annotation)
+    if len(args) != 2 or args[1] is not Ellipsis or not _is_model(args[0]):
+        raise Unsupported(f"tuple {annotation}")
+    element_fields = _fields(args[0])
+    element = StructType([StructField(f.name, f.dtype) for f in element_fields])
+
+    def each(item: Column) -> Column:
+        checks = [value_ok(item[f.name], f) for f in element_fields]
+        return all_true(checks) if checks else F.lit(True)
+
+    sized = _sizes(metadata, F.size)
+    return ArrayType(element), lambda c: sized(c) & F.forall(c, lambda x: x.isNotNull() & each(x))
+
+
+def _is_model(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseModel)
+
+
+def value_ok(column: Column, spec: FieldSpec) -> Column:
+    if spec.optional:
+        return column.isNull() | spec.check(column)
+    return column.isNotNull() & spec.check(column)
+
+
+# --- constraint checks -----------------------------------------------------------------
+
+
+def _no_constraints(metadata: list[Any]) -> Check:
+    if metadata:
+        raise Unsupported(f"constraints {metadata}")
+    return lambda c: F.lit(True)
+
+
+def _string(metadata: list[Any]) -> Check:
+    checks: list[Check] = []
+    for m in metadata:
+        pattern = _general(m).get("pattern")
+        check = _length(m, F.length) or (_matches(pattern) if pattern else None)
+        if check is None or (pattern and _general(m).keys() != {"pattern"}):
+            raise Unsupported(f"constraint {m!r}")
+        checks.append(check)
+    return _all(*checks)
+
+
+def _matches(pattern: str) -> Check:
+    whole = _whole_input(pattern)
+    return lambda c: c.rlike(whole)
+
+
+def _length(m: Any, size: Callable[[Column], Column]) -> Check | None:
+    if isinstance(m, at.MinLen):
+        return lambda c: size(c) >= m.min_length
+    if isinstance(m, at.MaxLen):
+        return lambda c: size(c) <= m.max_length
+    return None
+
+
+def _whole_input(pattern: str) -> str:
+    """Java's ``$`` also matches before a final line break; pydantic's (Rust) does not."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        return pattern[:-1] + "\\z"
+    raise Unsupported(f"pattern {pattern!r}")
+
+
+def _decimal(metadata: list[Any]) -> Check:
+    places: dict[str, int] = {}
+    bounds = []
+    for m in metadata:
+        general = _general(m)
+        if general and general.keys() <= {"max_digits", "decimal_places"}:
+            places.update(general)
+        else:
+            bounds.append(m)
+    return _all(_canonical_decimal, _digits(places), _numeric(bounds, _as_decimal))
+
+
+def _canonical_decimal(c: Column) -> Column:
+    return (F.length(c) <= MAX_NATIVE_DECIMAL_CHARS) & c.rlike(CANONICAL_DECIMAL)
+
+
+def _as_decimal(c: Column) -> Column:
+    return c.cast("decimal(38,10)")
+
+
+def _digits(places: dict[str, int]) -> Check:
+    """Stricter than pydantic (it ignores trailing zeros), which keeps the check sound."""
+    if not places:
+        return lambda c: F.lit(True)
+    decimals = places.get("decimal_places")
+    digits = places.get("max_digits")
+    whole = (digits if digits is not None else 10**6) - (decimals or 0)
+
+    def check(c: Column) -> Column:
+        unsigned = F.regexp_replace(c, "^-", "")
+        integral = F.split(unsigned, r"\.").getItem(0)
+        fraction = F.coalesce(F.split(unsigned, r"\.").getItem(1), F.lit(""))
+        ok = F.lit(True)
+        if decimals is not None:
+            ok = ok & (F.length(fraction) <= F.lit(decimals)) & (F.length(integral) <= whole)
+        if digits is not None:
+            ok = ok & (F.length(integral) + F.length(fraction) <= digits)
+        return ok
+
+    return check
+
+
+def _numeric(metadata: list[Any], value: Callable[[Column], Column]) -> Check:
+    checks = [_bound(m, value) for m in metadata]
+    return _all(*checks)
+
+
+def _bound(m: Any, value: Callable[[Column], Column]) -> Check:
+    if isinstance(m, at.Gt):
+        return lambda c: value(c) > F.lit(m.gt)
+    if isinstance(m, at.Ge):
+        return lambda c: value(c) >= F.lit(m.ge)
+    if isinstance(m, at.Lt):
+        return lambda c: value(c) < F.lit(m.lt)
+    if isinstance(m, at.Le):
+        return lambda c: value(c) <= F.lit(m.le)
+    raise Unsupported(f"constraint {m!r}")
+
+
+def _sizes(metadata: list[Any], size: Callable[[Column], Column]) -> Check:
+    checks = []
+    for m in metadata:
+        check = _length(m, size)
+        if check is None:
+            raise Unsupported(f"constraint {m!r}")
+        checks.append(check)
+    return _all(*checks)
+
+
+def _general(m: Any) -> dict[str, Any]:
+    """The keywords of pydantic's ``_PydanticGeneralMetadata`` (pattern, max_digits...)."""
+    if type(m).__name__ != "_PydanticGeneralMetadata":
+        return {}
+    return {k: v for k, v in vars(m).items() if v is not None}
+
+
+def _all(*checks: Check) -> Check:
+    return lambda c: all_true([check(c) for check in checks])
+
+
+def all_true(columns: list[Column]) -> Column:
+    result = F.lit(True)
+    for column in columns:
+        result = result & column
+    return result
+
+
+# --- skeletons: the exact text pydantic writes, as a regular expression ------------------
+
+JSON_STRING = r'"[^"\\]*"'
+"""A JSON string with no escape (its characters are exactly the value's)."""
+JSON_INT = r"-?(?:0|[1-9][0-9]{0,17})"
+"""An integer that fits a Spark long."""
+UTC_TIME = r'"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.(?!000000)[0-9]{6})?Z"'
+"""A UTC time as pydantic writes it: no fraction when it is zero, else six digits."""
+REQUIRED_BY_TRIAGE = frozenset({"entity_type", "sequence"})
+"""Optional in the envelope, required of a domain event by the projector's triage."""
+
+
+def skeleton(type_name: str) -> str:
+    """A regex matching exactly the ``Envelope.encode()`` texts of domain events of type
+    ``type_name`` whose strings need no escape. A match pins the key order, the token of
+    every value (a string where a string belongs...), and leaves no room for whitespace, an
+    extra or repeated key, or an omitted field."""
+    payload = native_contracts()[type_name]
+    members = [_envelope_member(name, type_name) for name in ENVELOPE_FIELDS[:-1]]
+    body = "".join(members).removeprefix(",")
+    payload_object = _object([(f.name, f) for f in payload.fields])
+    # \z, not $: Java's $ also matches before a final line break.
+    return "^\\{" + body + ',"payload":' + payload_object + "\\}\\z"
+
+
+def _envelope_member(name: str, type_name: str) -> str:
+    info = Envelope.model_fields[name]
+    annotation, optional = _strip_optional(info.annotation)
+    if name == "type":
+        value = '"' + re.escape(type_name) + '"'
+    elif name == "schema_version":
+        value = str(SCHEMA_VERSION)  # always written (it has a default, never None)
+    elif annotation is datetime:
+        value = UTC_TIME
+    elif annotation is str:
+        value = JSON_STRING
+    elif annotation is int:
+        value = JSON_INT
+    else:
+        raise Unsupported(f"envelope field {name}: {annotation}")
+    member = f',"{name}":{value}'
+    if optional and name not in REQUIRED_BY_TRIAGE:
+        return f"(?:{member})?"  # Envelope.encode leaves out a None
+    return member
+
+
+def _object(fields: list[tuple[str, FieldSpec]]) -> str:
+    members = ",".join(f'"{name}":{_value(spec.dtype, spec.optional)}' for name, spec in fields)
+    return "\\{" + members + "\\}"
+
+
+def _value(dtype: DataType, optional: bool) -> str:
+    if isinstance(dtype, StringType):
+        value = JSON_STRING
+    elif isinstance(dtype, LongType):
+        value = JSON_INT
+    elif isinstance(dtype, BooleanType):
+        value = "(?:true|false)"
+    elif isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StructType):
+        specs = [
+            (f.name, FieldSpec(f.name, f.dataType, False, lambda c: F.lit(True)))
+            for f in dtype.elementType.fields
+        ]
+        item = _object(specs)
+        value = f"\\[(?:{item}(?:,{item})*)?\\]"
+    else:
+        raise Unsupported(f"no skeleton for {dtype}")
+    return f"(?:{value}|null)" if optional else value

@@ -1,0 +1,122 @@
+"""The SparkSession of the rebuild: local by default, or whatever ``spark-submit`` set up.
+
+Jars come from ``.local/spark/jars`` (``deploy/local/spark.sh fetch``, once, at set-up) and
+go on ``spark.jars``; nothing is resolved at run time (no ``spark.jars.packages``).
+Under ``spark-submit`` the caller passes them with ``--jars`` and picks the master.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+REQUIRED_JARS = (
+    "spark-sql-kafka-0-10_",
+    "spark-token-provider-kafka-0-10_",
+    "kafka-clients-",
+    "commons-pool2-",
+    "postgresql-",
+    "sqlite-jdbc-",
+)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# UTC: times go to JDBC as java.sql.Timestamp, read in the JVM's zone. Parallel GC: a batch
+# job wants throughput, not short pauses.
+_JVM_OPTIONS = os.environ.get(
+    "SAGALINE_SPARK_JVM_OPTIONS", "-Duser.timezone=UTC -XX:+UseParallelGC"
+)
+
+
+class MissingJars(RuntimeError):
+    """The Kafka source or a JDBC driver is not in the jars directory."""
+
+
+def local_path(path: Path) -> Path:
+    """A relative setting path: under the repository in a source checkout (the settings
+    say so), else under the working directory (an installed package, a container)."""
+    if path.is_absolute():
+        return path
+    base = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
+    return base / path
+
+
+def jar_paths(jars_dir: Path) -> list[Path]:
+    """The jars the job needs; raises :class:`MissingJars` naming the fix."""
+    folder = local_path(jars_dir)
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [p for p in REQUIRED_JARS if not any(j.name.startswith(p) for j in found)]
+    if missing:
+        raise MissingJars(
+            f"Spark jars missing in {folder} ({', '.join(m + '*.jar' for m in missing)}): "
+            "run deploy/local/spark.sh fetch"
+        )
+    return found
+
+
+def under_spark_submit() -> bool:
+    """True when ``spark-submit`` started this Python (it already owns the JVM)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(
+    *,
+    master: str,
+    driver_memory: str,
+    shuffle_partitions: int,
+    jars_dir: Path,
+    app_name: str = "sagaline-rebuild",
+) -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in _common_conf(shuffle_partitions).items():
+        builder = builder.config(key, value)
+    if not under_spark_submit():
+        jars = jar_paths(jars_dir)
+        # Python workers (the exact-route triage) must run this interpreter: it has the
+        # project installed, a bare `python3` on PATH may not.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = (
+            builder.master(master)
+            .config("spark.jars", ",".join(str(j) for j in jars))
+            .config("spark.driver.memory", driver_memory)
+            .config("spark.driver.extraJavaOptions", _JVM_OPTIONS)
+            .config("spark.executor.extraJavaOptions", _JVM_OPTIONS)
+            .config("spark.local.dir", str(local_path(Path(".local/spark/tmp"))))
+        )
+        log.info("spark jars: %s", ", ".join(j.name for j in jars))
+        _check_pairing(jars)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(__import__("os").environ.get("SPARK_LOG", "WARN"))
+    return session
+
+
+def _check_pairing(jars: list[Path]) -> None:
+    """The Kafka source links against Spark internals: warn when it is not built for
+    pyspark's exact version (deploy/local/spark/pom.xml and pyproject.toml pin both)."""
+    import pyspark
+
+    kafka = [j.name for j in jars if j.name.startswith("spark-sql-kafka-0-10_")]
+    if kafka and not kafka[0].endswith(f"-{pyspark.__version__}.jar"):
+        log.warning("%s does not match pyspark %s", kafka[0], pyspark.__version__)
+
+
+def _common_conf(shuffle_partitions: int) -> dict[str, str]:
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        # Scratch Parquet lives for minutes on a local disk: spend no CPU compressing it.
+        "spark.sql.parquet.compression.codec": "uncompressed",
+        # Keep the configured partitions: on a few cores, AQE's coalescing into an odd number
+        # of tasks leaves a core idle for the last one.
+        "spark.sql.adaptive.coalescePartitions.enabled": "false",
+        # One Python worker per core, kept between tasks (the exact-route triage).
+        "spark.python.worker.reuse": "true",
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
+    }

@@ -1,0 +1,96 @@
+"""Daily saga analytics against the same numbers computed in plain Python from the folds'
+applied events: per start day and saga type, sagas per outcome, exact p50/p95 of the time
+from start to final state (linear interpolation), and the reasons of failed sagas."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from datetime import date, datetime
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
+from sagas.messages import Envelope
+from spark_projections import analytics, pipeline
+from tests.spark import history
+from tests.spark.compare import assertDataFrameEqual
+from tests.spark.frames import place, records_frame
+from tests.spark.reference import project
+
+pytestmark = pytest.mark.spark
+
+Saga = tuple[date, str, str, str | None, float | None]
+"""start day, saga type, outcome, reason, duration in ms"""
+
+
+def _sagas(applied: list[Envelope]) -> list[Saga]:
+    own: dict[str, list[Envelope]] = defaultdict(list)
+    for event in applied:
+        entity_type = event.key.split(":", 1)[0]
+        if event.saga_id is not None and event.key == f"{entity_type}:{event.saga_id}":
+            own[event.key].append(event)
+    sagas = []
+    for key, events in own.items():
+        events.sort(key=lambda e: e.sequence or 0)
+        start = events[0].occurred_at
+        final = next((e for e in events if _final(e)), None)
+        outcome = final.payload["status"] if final else analytics.IN_FLIGHT
+        reason = final.payload.get("reason") if final else None
+        duration = _ms(final.occurred_at) - _ms(start) if final else None
+        sagas.append((start.date(), key.split(":", 1)[0], outcome, reason, duration))
+    return sagas
+
+
+def _final(event: Envelope) -> bool:
+    return event.type == OrderStatusChanged.TYPE and event.payload["status"] in FINAL_STATUSES
+
+
+def _ms(moment: datetime) -> float:
+    return moment.timestamp() * 1000
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@pytest.fixture(scope="module")
+def inputs(spark: SparkSession) -> tuple[pipeline.Staged, list[Saga]]:
+    events = history.messy(history.order_history(300, products=5, seed=21, days=3), seed=2)
+    records = place(history.encoded(events))
+    stage = pipeline.staged(records_frame(spark, records))
+    return stage, _sagas(project(records).applied)
+
+
+def test_daily_stats_count_outcomes_and_time_to_final_state(
+    spark: SparkSession, inputs: tuple[pipeline.Staged, list[Saga]]
+) -> None:
+    stage, sagas = inputs
+    groups: dict[tuple[date, str, str], list[float | None]] = defaultdict(list)
+    for day, saga_type, outcome, _, duration in sagas:
+        groups[(day, saga_type, outcome)].append(duration)
+    actual = analytics.daily_stats(analytics.sagas(stage.gated))
+    rows = []
+    for (day, saga_type, outcome), durations in groups.items():
+        known = [d for d in durations if d is not None]
+        p50, p95 = _percentile(known, 0.5), _percentile(known, 0.95)
+        rows.append((day, saga_type, outcome, len(durations), p50, p95))
+    assert {r[2] for r in rows} >= {"CONFIRMED", "REJECTED", "CANCELLED", "IN_FLIGHT"}
+    assertDataFrameEqual(actual, spark.createDataFrame(rows, actual.schema))
+
+
+def test_daily_reasons_count_why_sagas_failed(
+    spark: SparkSession, inputs: tuple[pipeline.Staged, list[Saga]]
+) -> None:
+    stage, sagas = inputs
+    counts = Counter((d, t, o, r) for d, t, o, r, _ in sagas if r is not None)
+    actual = analytics.daily_reasons(analytics.sagas(stage.gated))
+    rows = [(*k, n) for k, n in counts.items()]
+    assert any("expired" in r[3] for r in rows) and any("declined" in r[3] for r in rows)
+    assertDataFrameEqual(actual, spark.createDataFrame(rows, actual.schema))
