@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Kafka and PostgreSQL started, the Spark rebuild's jars fetched (once; never at run time).
 stack-up:
 	deploy/local/stack.sh up
+	deploy/local/spark.sh fetch
 
 stack-down:
 	deploy/local/stack.sh down
