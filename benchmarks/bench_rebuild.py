@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,14 +37,18 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from benchmarks.bench_projector import raw_consume_rate
 from benchmarks.common import git_rev, machine
 from services.projector.runner import Projector
+from services.readmodels.migrate import upgrade
 from services.settings import Settings
 from services.topics import EVENTS, create_topics, declared_topics
 from tests.integration.harness import settings_env
-from tests.integration.readside import PG_URL, applied_offsets, fresh_database, read_engine
+from tests.integration.readside import PG_URL, applied_offsets, read_engine
 from tests.spark.history import order_history
 
 EVENTS_PER_ORDER = 9.6  # measured mean of tests.spark.history.order_history
@@ -91,10 +97,12 @@ async def _send(
 
 @dataclass
 class TreeRss:
-    """Peak resident memory of a process and its descendants, sampled from /proc."""
+    """Peak resident memory of a process and its descendants, from /proc: the tree is
+    walked every ``refresh`` seconds, the known processes' RSS read every ``every``."""
 
     pid: int
     every: float = 0.5
+    refresh: float = 3.0
     peak_total: float = 0.0
     peak_by_kind: dict[str, float] = field(default_factory=dict)
 
@@ -108,9 +116,12 @@ class TreeRss:
         self._thread.join()
 
     def _run(self) -> None:
+        tree, walked = _tree(self.pid), time.monotonic()
         while not self._stop.wait(self.every):
+            if time.monotonic() - walked > self.refresh:
+                tree, walked = _tree(self.pid), time.monotonic()
             by_kind: dict[str, float] = {}
-            for pid, kind in _tree(self.pid):
+            for pid, kind in tree:
                 by_kind[kind] = by_kind.get(kind, 0.0) + _rss_mib(pid)
             self.peak_total = max(self.peak_total, sum(by_kind.values()))
             for kind, mib in by_kind.items():
@@ -184,6 +195,34 @@ def rebuild(settings: Settings, url: str, events: int, log: Path) -> float:
     return elapsed
 
 
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A new, migrated PostgreSQL database; dropped afterwards, waiting out the autovacuum
+    worker that a million fresh rows attract (a non-superuser cannot terminate it)."""
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        _drop(admin, name)
+        admin.dispose()
+
+
+def _drop(admin: Engine, name: str) -> None:
+    for _ in range(60):
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            return
+        except OperationalError:
+            time.sleep(1)
+    print(f"note      could not drop database {name}; drop it by hand")
+
+
 async def projector_rate(
     settings: Settings, url: str, sample: int, seconds: float
 ) -> tuple[int, float]:
@@ -221,9 +260,9 @@ async def main(args: argparse.Namespace) -> None:
         total = sum(ends.values())
         raw = await raw_consume_rate(settings, ends, 2000)
         print(f"baseline  raw aiokafka consume of the topic (no decoding): {raw:,.0f} events/s")
-        with fresh_database("postgresql", tmp) as url:
+        with fresh_database() as url:
             elapsed = rebuild(settings, url, total, tmp / "rebuild.log")
-        with fresh_database("postgresql", tmp) as url:
+        with fresh_database() as url:
             applied, seconds = await projector_rate(
                 settings, url, args.projector_sample, args.projector_seconds
             )

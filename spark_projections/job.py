@@ -160,7 +160,7 @@ def _build(
     started_at = datetime.now(UTC)
     progress.enter("read", events_to_read=offsets.records)
     progress.read(_stage_records(spark, settings, offsets, scratch))
-    progress.enter("gate")
+    progress.enter("triage")
     staged = _stage_gated(spark, scratch)
     verdicts, counters = pipeline.count(staged)
     progress.enter("stage")

@@ -66,8 +66,9 @@ class Progress:
                     done, total = _spark_tasks(context)
                 except Exception:  # the context is stopping: nothing left to report
                     return
-                if total and self.events_read is None:
-                    self._estimate = self.events_to_read * done // total
+                if total and self.events_read is None:  # Kafka tasks first, then the gate's
+                    estimate = self.events_to_read * done // total
+                    self._estimate = max(self._estimate, estimate)
                 self.emit(self._line(**({"spark_tasks": f"{done}/{total}"} if total else {})))
 
         thread = threading.Thread(target=run, name="rebuild-progress", daemon=True)
@@ -86,7 +87,11 @@ class Progress:
         return time.monotonic() - self.started
 
     def _line(self, **extra: object) -> str:
-        read = f"~0/{self.events_to_read}" if self.events_read is None else str(self.events_read)
+        read = (
+            f"~{self._estimate}/{self.events_to_read}"
+            if self.events_read is None
+            else str(self.events_read)
+        )
         fields: dict[str, object] = {
             "stage": self.stage,
             "events_read": read,

@@ -111,8 +111,13 @@ def _common_conf(shuffle_partitions: int) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
-        # Scratch Parquet lives for minutes on a local disk: spend no CPU compressing it.
+        # Scratch Parquet and shuffle files live for minutes on a local disk: spend no CPU
+        # compressing them (the job is CPU-bound; a cluster can set these back).
         "spark.sql.parquet.compression.codec": "uncompressed",
+        "spark.shuffle.compress": "false",
+        "spark.shuffle.spill.compress": "false",
+        # One executor (local mode): no task should wait for a better locality level.
+        "spark.locality.wait": "0s",
         # Keep the configured partitions: on a few cores, AQE's coalescing into an odd number
         # of tasks leaves a core idle for the last one.
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
