@@ -24,14 +24,13 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 
-from benchmarks.common import git_rev, machine
+from benchmarks.common import delete_topics, git_rev, machine
 from services.projector.offsets import topic_partitions
 from services.projector.runner import Projector
 from services.readmodels.queries import counters
 from services.settings import Settings
-from services.topics import EVENTS, create_topics, declared_topics
+from services.topics import EVENTS, create_topics
 from tests.integration.golden import golden_events
 from tests.integration.readside import (
     PG_URL,
@@ -118,17 +117,8 @@ async def main(args: argparse.Namespace) -> None:
         print(f"postgres  {PG_URL.split('@')[-1]}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
     finally:
-        await _delete_topics(settings)
+        await delete_topics(settings)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-async def _delete_topics(settings: Settings) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([spec.name for spec in declared_topics(settings)])
-    finally:
-        await admin.close()
 
 
 if __name__ == "__main__":

@@ -35,18 +35,17 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from benchmarks.bench_projector import raw_consume_rate
-from benchmarks.common import git_rev, machine
+from benchmarks.common import delete_topics, git_rev, machine
 from services.projector.runner import Projector
 from services.readmodels.migrate import upgrade
 from services.settings import Settings
-from services.topics import EVENTS, create_topics, declared_topics
+from services.topics import EVENTS, create_topics
 from tests.integration.harness import settings_env
 from tests.integration.readside import PG_URL, applied_offsets, read_engine
 from tests.spark.history import order_history
@@ -279,16 +278,7 @@ async def main(args: argparse.Namespace) -> None:
             f"(target: under 60 s) {'MET' if elapsed < 60 else 'MISSED'}"
         )
     finally:
-        await _delete_topics(settings)
-
-
-async def _delete_topics(settings: Settings) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([spec.name for spec in declared_topics(settings)])
-    finally:
-        await admin.close()
+        await delete_topics(settings)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from aiokafka.admin import AIOKafkaAdminClient
+
+from services.settings import Settings
+from services.topics import declared_topics
+
 
 def machine() -> str:
     cpu = "unknown cpu"
@@ -89,3 +94,13 @@ def git_rev() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+async def delete_topics(settings: Settings) -> None:
+    """Remove a benchmark's isolated topic set, so repeated runs do not fill the broker."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([spec.name for spec in declared_topics(settings)])
+    finally:
+        await admin.close()
