@@ -52,3 +52,51 @@ take_lock() {
     flock -w 300 9 || die "could not get ${SAGALINE_LOCAL}/.${1}.lock within 300 s"
   fi
 }
+
+# maven_is_fetched POM DIR: true if DIR holds a complete fetch of POM's current version
+# (the stamp holds the pom's checksum, so bumping a version in the pom triggers a re-fetch).
+maven_is_fetched() {
+  [[ -f "${2}/.fetched" ]] && [[ "$(cat "${2}/.fetched")" == "$(sha256sum "$1" | awk '{print $1}')" ]]
+}
+
+# maven_fetch POM DIR WHAT "PREFIX..." [MVN_ARGS...]: copy POM's dependencies into DIR
+# with Maven, once. Each space-separated PREFIX must name at least one fetched jar.
+maven_fetch() {
+  local pom="$1" dir="$2" what="$3" required="$4"; shift 4
+  if maven_is_fetched "$pom" "$dir"; then
+    log "jars already present in ${dir#"$SAGALINE_ROOT"/} (delete it to re-fetch)"
+    return 0
+  fi
+  require_cmd mvn "Install Maven (Debian: apt-get install -y maven)."
+  mkdir -p "$(dirname "$dir")" "${SAGALINE_LOCAL}/m2"
+  # Download into a temp dir and swap it in at the end, so an interrupted
+  # fetch never leaves a half-populated folder that looks complete.
+  local tmp="${dir}.tmp"
+  rm -rf "$tmp"
+  log "fetching ${what} from Maven Central (pom: ${pom#"$SAGALINE_ROOT"/}) ..."
+  local start=$SECONDS attempt update=() want
+  for attempt in 1 2 3; do
+    # Retries pass -U so Maven re-asks Central instead of replaying a
+    # failure it cached in the local repo during the previous attempt.
+    # -B/-ntp: no progress bars in CI logs. maven.repo.local inside .local/
+    # keeps ~/.m2 untouched and the cache disposable with everything else.
+    # The sed strips the stray ANSI resets Maven 3.8 prints even with -q -B
+    # (mvn's exit status still decides, thanks to pipefail).
+    if mvn -B -q -ntp "${update[@]}" -f "$pom" \
+         -Dmaven.repo.local="${SAGALINE_LOCAL}/m2" \
+         dependency:copy-dependencies -DoutputDirectory="$tmp" "$@" 2>&1 \
+         | sed -u 's/\x1b\[[0-9;]*m//g' >&2; then
+      break
+    fi
+    [[ $attempt -lt 3 ]] || die "Maven failed to fetch the ${what} (3 attempts)"
+    log "Maven failed (attempt $attempt), retrying in 5 s ..."
+    rm -rf "$tmp"; update=(-U); sleep 5
+  done
+  for want in $required; do
+    ls "$tmp"/"${want}"*.jar >/dev/null 2>&1 || die "fetch finished but ${want}*.jar is missing in $tmp"
+  done
+  sha256sum "$pom" | awk '{print $1}' >"${tmp}/.fetched"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  log "fetched $(find "$dir" -name '*.jar' | wc -l) jars in $((SECONDS - start)) s"
+}

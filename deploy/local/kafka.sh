@@ -49,9 +49,6 @@ CONF="${KDIR}/server.properties"
 LOG4J_BROKER="${KDIR}/log4j.properties"
 LOG4J_TOOLS="${KDIR}/tools-log4j.properties"
 PIDFILE="${KDIR}/kafka.pid"
-# Marker written after a complete download; holds the pom's checksum so that
-# bumping the Kafka version in pom.xml triggers a re-fetch.
-FETCH_STAMP="${LIB}/.fetched"
 
 # Fixed KRaft cluster id: base64url of the 16 bytes "sagaline-local-1".
 # Fixed (not random) so re-formatting after a reset yields the same cluster
@@ -65,48 +62,11 @@ JVM_OPTS=(-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20
           -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
           -Djava.awt.headless=true)
 
-pom_checksum() { sha256sum "$POM" | awk '{print $1}'; }
-
-is_fetched() {
-  [[ -f "$FETCH_STAMP" ]] && [[ "$(cat "$FETCH_STAMP")" == "$(pom_checksum)" ]]
-}
+is_fetched() { maven_is_fetched "$POM" "$LIB"; }
 
 cmd_fetch() {
-  if is_fetched; then
-    log "jars already present in ${LIB#"$SAGALINE_ROOT"/} (delete it to re-fetch)"
-    return 0
-  fi
-  require_cmd mvn "Install Maven (Debian: apt-get install -y maven)."
   require_cmd java "Install a JDK >= 11 (Debian: apt-get install -y openjdk-17-jdk-headless)."
-  mkdir -p "$KDIR" "${SAGALINE_LOCAL}/m2"
-  # Download into a temp dir and swap it in at the end, so an interrupted
-  # fetch never leaves a half-populated lib/ that looks complete.
-  local tmp="${KDIR}/lib.tmp"
-  rm -rf "$tmp"
-  log "fetching Kafka jars from Maven Central (pom: ${POM#"$SAGALINE_ROOT"/}) ..."
-  local start=$SECONDS attempt update=()
-  for attempt in 1 2 3; do
-    # Retries pass -U so Maven re-asks Central instead of replaying a
-    # failure it cached in the local repo during the previous attempt.
-    # -B/-ntp: no progress bars in CI logs. maven.repo.local inside .local/
-    # keeps ~/.m2 untouched and the cache disposable with everything else.
-    # The sed strips the stray ANSI resets Maven 3.8 prints even with -q -B
-    # (mvn's exit status still decides, thanks to pipefail).
-    if mvn -B -q -ntp "${update[@]}" -f "$POM" \
-         -Dmaven.repo.local="${SAGALINE_LOCAL}/m2" \
-         dependency:copy-dependencies -DoutputDirectory="$tmp" 2>&1 \
-         | sed -u 's/\x1b\[[0-9;]*m//g' >&2; then
-      break
-    fi
-    [[ $attempt -lt 3 ]] || die "Maven failed to fetch the Kafka jars (3 attempts)"
-    log "Maven failed (attempt $attempt), retrying in 5 s ..."
-    rm -rf "$tmp"; update=(-U); sleep 5
-  done
-  ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || die "fetch finished but kafka_2.13 jar is missing in $tmp"
-  pom_checksum >"${tmp}/.fetched"
-  rm -rf "$LIB"
-  mv "$tmp" "$LIB"
-  log "fetched $(find "$LIB" -name '*.jar' | wc -l) jars in $((SECONDS - start)) s"
+  maven_fetch "$POM" "$LIB" "Kafka jars" "kafka_2.13-"
 }
 
 # Run a main class from the Kafka jars with quiet (WARN, stderr) logging.

@@ -26,51 +26,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 POM="${SAGALINE_ROOT}/deploy/local/spark/pom.xml"
 SDIR="${SAGALINE_LOCAL}/spark"
 JARS="${SDIR}/jars"
-# Marker written after a complete download; holds the pom's checksum so that
-# bumping a version in pom.xml triggers a re-fetch.
-FETCH_STAMP="${JARS}/.fetched"
 
-pom_checksum() { sha256sum "$POM" | awk '{print $1}'; }
-
-is_fetched() {
-  [[ -f "$FETCH_STAMP" ]] && [[ "$(cat "$FETCH_STAMP")" == "$(pom_checksum)" ]]
-}
+is_fetched() { maven_is_fetched "$POM" "$JARS"; }
 
 cmd_fetch() {
-  if is_fetched; then
-    log "jars already present in ${JARS#"$SAGALINE_ROOT"/} (delete it to re-fetch)"
-    return 0
-  fi
-  require_cmd mvn "Install Maven (Debian: apt-get install -y maven)."
-  mkdir -p "$SDIR" "${SAGALINE_LOCAL}/m2"
-  # Download into a temp dir and swap it in at the end, so an interrupted
-  # fetch never leaves a half-populated jars/ that looks complete.
-  local tmp="${SDIR}/jars.tmp"
-  rm -rf "$tmp"
-  log "fetching Spark Kafka source and JDBC drivers from Maven Central (pom: ${POM#"$SAGALINE_ROOT"/}) ..."
-  local start=$SECONDS attempt update=()
-  for attempt in 1 2 3; do
-    # Same flags as kafka.sh: retries pass -U so Maven re-asks Central
-    # instead of replaying a cached failure; runtime scope only; the sed
-    # strips the ANSI resets Maven 3.8 prints even with -q -B.
-    if mvn -B -q -ntp "${update[@]}" -f "$POM" \
-         -Dmaven.repo.local="${SAGALINE_LOCAL}/m2" \
-         dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime 2>&1 \
-         | sed -u 's/\x1b\[[0-9;]*m//g' >&2; then
-      break
-    fi
-    [[ $attempt -lt 3 ]] || die "Maven failed to fetch the Spark jars (3 attempts)"
-    log "Maven failed (attempt $attempt), retrying in 5 s ..."
-    rm -rf "$tmp"; update=(-U); sleep 5
-  done
-  local want
-  for want in spark-sql-kafka-0-10_ kafka-clients- commons-pool2- postgresql- sqlite-jdbc-; do
-    ls "$tmp"/"${want}"*.jar >/dev/null 2>&1 || die "fetch finished but ${want}*.jar is missing in $tmp"
-  done
-  pom_checksum >"${tmp}/.fetched"
-  rm -rf "$JARS"
-  mv "$tmp" "$JARS"
-  log "fetched $(find "$JARS" -name '*.jar' | wc -l) jars in $((SECONDS - start)) s"
+  # Runtime scope only: what the job loads, not the connector's test or provided deps.
+  maven_fetch "$POM" "$JARS" "Spark Kafka source and JDBC drivers" \
+    "spark-sql-kafka-0-10_ kafka-clients- commons-pool2- postgresql- sqlite-jdbc-" \
+    -DincludeScope=runtime
 }
 
 cmd_status() {
