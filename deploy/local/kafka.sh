@@ -19,6 +19,10 @@
 # Environment:
 #   SAGALINE_KAFKA_PORT             client listener port   (default 9092)
 #   SAGALINE_KAFKA_CONTROLLER_PORT  KRaft controller port  (default 9093)
+#   SAGALINE_KAFKA_HOME             where this broker keeps its config, data, logs
+#                                   and pid (default .local/kafka); a second broker
+#                                   (fault tests) gets its own home and ports and
+#                                   shares the jars in .local/kafka/lib
 #   KAFKA_HEAP_OPTS                 JVM heap flags (default -Xms256m -Xmx768m)
 #
 # Layout (all under the git-ignored .local/):
@@ -41,8 +45,8 @@ START_TIMEOUT_S=90
 STOP_TIMEOUT_S=45
 
 POM="${SAGALINE_ROOT}/deploy/local/kafka/pom.xml"
-KDIR="${SAGALINE_LOCAL}/kafka"
-LIB="${KDIR}/lib"
+KDIR="${SAGALINE_KAFKA_HOME:-${SAGALINE_LOCAL}/kafka}"
+LIB="${SAGALINE_LOCAL}/kafka/lib"
 DATA="${KDIR}/data"
 LOGS="${KDIR}/logs"
 CONF="${KDIR}/server.properties"
