@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
 from sagas.messages import ContractError, Envelope
 from services.settings import Settings
-from services.topics import EVENTS
+from services.topics import EVENTS, topic_partitions
 
 
 @dataclass
@@ -37,8 +37,7 @@ class EventTail:
             bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False
         )
         await self._consumer.start()
-        partitions = self._consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in partitions]
+        tps = await topic_partitions(self._consumer, topic)
         self._consumer.assign(tps)
         if self.from_beginning:
             await self._consumer.seek_to_beginning(*tps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from services.settings import Settings
@@ -106,3 +107,13 @@ async def check_topics(settings: Settings) -> None:
             )
     if problems:
         raise TopicMismatch("; ".join(problems))
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """The topic's partitions; refreshes the metadata once when the topic is not known yet
+    (aiokafka >= 0.12 no longer fetches every topic's metadata when a consumer starts)."""
+    partitions = consumer.partitions_for_topic(topic)
+    if not partitions:
+        await consumer.topics()  # a full metadata refresh
+        partitions = consumer.partitions_for_topic(topic)
+    return [TopicPartition(topic, p) for p in sorted(partitions or ())]

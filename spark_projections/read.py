@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from pyspark.sql import DataFrame, SparkSession
+
+from services.topics import topic_partitions
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,9 @@ async def fix_offsets(bootstrap: str, topic: str, until: dict[int, int] | None =
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            await consumer.topics()
-            partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
+        tps = await topic_partitions(consumer, topic)
+        if not tps:
             raise TopicMissing(f"topic {topic} does not exist (run `sagaline topics create`)")
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         first = await consumer.beginning_offsets(tps)
         last = await consumer.end_offsets(tps)
     finally:

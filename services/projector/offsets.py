@@ -5,19 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from services.topics import topic_partitions
+
 log = logging.getLogger(__name__)
-
-
-async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    """The topic's partitions; refreshes the metadata once when the topic is not known yet."""
-    partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
-        await consumer.topics()  # a full metadata refresh
-        partitions = consumer.partitions_for_topic(topic)
-    return [TopicPartition(topic, p) for p in sorted(partitions or ())]
 
 
 class EndOffsets:

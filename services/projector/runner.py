@@ -23,13 +23,12 @@ from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
 from services.projector.batch import Applied, Batch, apply_batch
-from services.projector.offsets import topic_partitions
 from services.projector.triage import Positioned, Rejected, triage
 from services.readmodels import queries, store
 from services.readmodels.engine import create_read_engine
 from services.readmodels.migrate import is_migrated
 from services.settings import Settings
-from services.topics import DEAD_LETTERS, EVENTS
+from services.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from services.worker.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)

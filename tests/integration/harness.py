@@ -21,7 +21,7 @@ from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from services.settings import Settings
-from services.topics import create_topics
+from services.topics import create_topics, topic_partitions
 
 BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -208,7 +208,7 @@ async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stac
 
 async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> list[Any]:
     """Every record currently on a channel's topic (from the beginning)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     topic = settings.topic(channel)
     consumer = AIOKafkaConsumer(
@@ -216,7 +216,7 @@ async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> li
     )
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        tps = await topic_partitions(consumer, topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
