@@ -7,6 +7,7 @@ state (tables, changelogs) is only correct while a key keeps its partition.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -109,11 +110,21 @@ async def check_topics(settings: Settings) -> None:
         raise TopicMismatch("; ".join(problems))
 
 
-async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    """The topic's partitions; refreshes the metadata once when the topic is not known yet
-    (aiokafka >= 0.12 no longer fetches every topic's metadata when a consumer starts)."""
+async def topic_partitions(
+    consumer: AIOKafkaConsumer, topic: str, wait_s: float = 10.0
+) -> list[TopicPartition]:
+    """The topic's partitions, or none when it does not exist.
+
+    aiokafka >= 0.12 no longer fetches every topic's metadata when a consumer starts (and its
+    public ``topics()`` refreshes a copy, not the consumer's own view), and a topic created a
+    moment ago has no partition leaders yet: refresh the consumer's metadata until the
+    partitions show, for at most ``wait_s``."""
+    deadline = asyncio.get_running_loop().time() + wait_s
     partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
-        await consumer.topics()  # a full metadata refresh
+    while not partitions:
+        await consumer._client.force_metadata_update()
         partitions = consumer.partitions_for_topic(topic)
+        if partitions or asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.2)
     return [TopicPartition(topic, p) for p in sorted(partitions or ())]
