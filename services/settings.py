@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     seen_window: int = Field(
         500, ge=10, description="Processed message ids remembered per key, for dedupe"
     )
+    max_message_bytes: int = Field(
+        1_000_000,
+        ge=10_000,
+        description="Largest record the worker produces; a decision whose message would be larger is dead-lettered instead of stalling its stream (keep it under the producer's 1 MiB request size and the broker's message.max.bytes)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

@@ -5,16 +5,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, cast
 
 import faust
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
@@ -26,6 +29,9 @@ from services.worker.metrics import Metrics
 from services.worker.runner import Incoming, ProcessRunner
 
 log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 30.0
 
 
 def _idempotent_settings(self: Any) -> dict[str, Any]:
@@ -47,6 +53,22 @@ def _in_event(event: Any) -> Iterator[None]:
         _current_event.reset(token)
 
 
+class _PartitionOrigin:
+    """Stands in for an event of ``partition``: Faust's stores pick the partition from it."""
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(partition=partition)
+
+
+POSITION_KEY_PREFIX = "\x00position/"
+"""Table keys of input positions; no entity key can start with a control character."""
+
+
+def position_key(topic: str, partition: int) -> str:
+    # The partition is part of the key as well: the memory store is one dict for all.
+    return f"{POSITION_KEY_PREFIX}{topic}/{partition}"
+
+
 class FaustTable:
     """A Faust table seen through the runner's :class:`~services.worker.runner.Table` port."""
 
@@ -62,9 +84,19 @@ class FaustTable:
         with _in_event(origin):
             self.table[key.encode()] = value
 
+    def load_position(self, topic: str, partition: int) -> int | None:
+        raw = self.load(position_key(topic, partition), _PartitionOrigin(partition))
+        return None if raw is None else int(raw)
+
+    def store_position(self, topic: str, partition: int, offset: int, origin: Any) -> None:
+        self.store(position_key(topic, partition), str(offset).encode(), origin)
+
     def items(self) -> Iterator[tuple[str, bytes]]:
+        """Every key's state (positions left out)."""
         for key, value in self.table.items():
-            yield key.decode(), value
+            text = key.decode()
+            if not text.startswith(POSITION_KEY_PREFIX):
+                yield text, value
 
 
 def create_app(
@@ -90,6 +122,7 @@ def create_app(
     )
     metrics = metrics or Metrics()
     runners = [_register(app, settings, process, metrics) for process in processes]
+    _resume_from_stored_positions(app, runners)
     _register_deadline_timer(app, settings, runners)
     _register_metrics(app, settings, metrics)
     return app, runners
@@ -110,6 +143,9 @@ def _register(
     async def send(topic_name: str, key: bytes, value: bytes) -> Any:
         return await app.producer.send(topic_name, key, value, None, None, None)
 
+    async def seek(topic_name: str, partition: int, offset: int) -> None:
+        await app.consumer.seek(TP(topic_name, partition), offset)
+
     runner = ProcessRunner(
         process=process,
         table=FaustTable(table),
@@ -118,6 +154,8 @@ def _register(
         dead_letter_topic=settings.topic(DEAD_LETTERS),
         metrics=metrics,
         seen_window=settings.seen_window,
+        seek=seek,
+        max_message_bytes=settings.max_message_bytes,
     )
     within = settings.batch_within_ms / 1000
 
@@ -134,11 +172,59 @@ def _register(
                 )
                 for e in events
             ]
-            await runner.handle_batch(batch)
+            await _handle_until_done(app, runner, batch)
 
     app.agent(topic, name=process.name)(agent)
     runner.faust_table = table  # type: ignore[attr-defined]
     return runner
+
+
+async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[Incoming]) -> None:
+    """Retry a failed batch (broker down, send timed out) with capped backoff until it is
+    done: Faust acks a batch's events whatever happens, so giving up here would skip them.
+    Records of partitions this worker no longer owns are left to their new owner, which
+    resumes from the position stored in the table."""
+    backoff = RETRY_FIRST_S
+    while batch:
+        try:
+            await runner.handle_batch(batch)
+            return
+        except Exception as exc:
+            runner.metrics.inc(runner.process.name, "batch_retries")
+            log.warning(
+                "%s: a batch of %d record(s) failed (%s: %s); retrying in %.1f s",
+                runner.process.name,
+                len(batch),
+                type(exc).__name__,
+                exc,
+                backoff,
+            )
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, RETRY_MAX_S)
+        owned = app.consumer.assignment()
+        batch = [r for r in batch if TP(r.topic, r.partition) in owned]
+
+
+def _resume_from_stored_positions(app: faust.App, runners: list[ProcessRunner]) -> None:
+    """After every assignment Faust seeks each partition to its committed offset, once the
+    tables are recovered; then seek the process topics to the positions stored in the
+    tables instead, and make the runners read their positions afresh."""
+    consumer = app.consumer
+    seek_to_committed = consumer.perform_seek
+
+    async def perform_seek() -> None:
+        await seek_to_committed()
+        for runner in runners:
+            runner.positions.forget()
+        by_topic = {runner.topic: runner for runner in runners}
+        for tp in consumer.assignment():
+            owner = by_topic.get(tp.topic)
+            stored = None if owner is None else owner.table.load_position(*tp)
+            if stored is not None:
+                await consumer.seek(tp, stored)
+                log.info("%s[%d]: resuming at the stored position %d", *tp, stored)
+
+    consumer.perform_seek = perform_seek  # type: ignore[method-assign]
 
 
 def _rocksdb_options(settings: Settings) -> dict[str, int]:

@@ -6,6 +6,10 @@ acknowledged all of them, and only then store the new states. A crash before the
 replays the batch on the old states, which re-creates the very same messages (ids and
 sequence numbers derive from their cause), and consumers drop the copies. A crash after
 the store finds the ids in the dedupe window: nothing is decided twice.
+
+Last, the batch's input positions are stored (see :mod:`services.worker.positions`): where
+each partition resumes comes from the table, not from Faust's committed offset, so no
+record is skipped whatever the consumer group's bookkeeping does.
 """
 
 from __future__ import annotations
@@ -25,11 +29,19 @@ from sagas.messages import ContractError, Envelope
 from services.worker.deadletter import DeadLetter
 from services.worker.deadlines import DeadlineIndex
 from services.worker.metrics import Metrics
+from services.worker.positions import InputPositions, Plan
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 """Queue ``value`` under ``key`` on a topic; the awaited result is the delivery future."""
+
+Seek = Callable[[str, int, int], Awaitable[None]]
+"""Make the consumer deliver a partition again from an offset."""
+
+
+async def _no_seek(topic: str, partition: int, offset: int) -> None:
+    """For runners without a consumer (tools, tests): nothing to rewind."""
 
 
 @dataclass(frozen=True)
@@ -44,21 +56,37 @@ class Incoming:
 
 
 class Table(Protocol):
-    """Per-key state storage; ``origin`` tells a partitioned store where the key lives."""
+    """Per-key state storage; ``origin`` tells a partitioned store where the key lives.
+
+    It also keeps each input partition's position, in that partition's part of the store."""
 
     def load(self, key: str, origin: Any) -> bytes | None: ...
 
     def store(self, key: str, value: bytes, origin: Any) -> None: ...
 
+    def load_position(self, topic: str, partition: int) -> int | None: ...
+
+    def store_position(self, topic: str, partition: int, offset: int, origin: Any) -> None: ...
+
 
 class DictTable(dict[str, bytes]):
     """An in-memory :class:`Table`, for tests and tools."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.positions: dict[tuple[str, int], int] = {}
 
     def load(self, key: str, origin: Any) -> bytes | None:
         return self.get(key)
 
     def store(self, key: str, value: bytes, origin: Any) -> None:
         self[key] = value
+
+    def load_position(self, topic: str, partition: int) -> int | None:
+        return self.positions.get((topic, partition))
+
+    def store_position(self, topic: str, partition: int, offset: int, origin: Any) -> None:
+        self.positions[(topic, partition)] = offset
 
 
 @dataclass
@@ -72,9 +100,17 @@ class ProcessRunner:
     deadlines: DeadlineIndex = field(default_factory=DeadlineIndex)
     seen_window: int = 500
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    seek: Seek = _no_seek
+    max_message_bytes: int = 1_000_000
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
+        self.positions = InputPositions(self.table.load_position)
+
+    @property
+    def topic(self) -> str:
+        """The topic this process consumes."""
+        return self.topic_for(self.process.name)
 
     def rebuild_deadlines(self, items: Iterable[tuple[str, bytes]], monotonic_now: float) -> None:
         """Re-index the deadlines of every key this worker's table holds."""
@@ -86,30 +122,84 @@ class ProcessRunner:
         return None if raw is None else self._codec.model_validate_json(raw)
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
+        """Process a batch; when it raises, nothing of it was stored and it may be retried."""
+        plan = self.positions.plan(batch)
         fresh: dict[str, Record[Any]] = {}
         origins: dict[str, Any] = {}
-        outbound: list[Outbound] = []
+        outbound: list[_Encoded] = []
         dead: list[DeadLetter] = []
         now = self.clock()
         started = time.perf_counter()
-        for record in batch:
+        for record in plan.admitted(batch):
             result = self._decide(record, fresh, now, dead)
-            if result is not None and result.result.changed:
-                fresh[result.record_key] = result.result.record
-                origins[result.record_key] = record.origin
-                outbound.extend(result.result.outbound)
+            if result is None or not result.result.changed:
+                continue
+            encoded = [self._encode(o) for o in result.result.outbound]
+            if too_large := self._too_large(encoded):
+                dead.append(DeadLetter.of(record, too_large, self.process.name))
+                continue
+            fresh[result.record_key] = result.result.record
+            origins[result.record_key] = record.origin
+            outbound.extend(encoded)
         decided = time.perf_counter()
         await self._publish(outbound, dead)
         published = time.perf_counter()
         for key, rec in fresh.items():
             self.table.store(key, rec.encode(), origins[key])
             self.deadlines.schedule(key, rec.next_deadline())
+        self._store_positions(plan, batch)
+        await self._rewind(plan)
         name = self.process.name
         self.metrics.inc(name, "batches")
         self.metrics.inc(name, "records", len(batch))
         self.metrics.add_time(name, "decide", decided - started)
         self.metrics.add_time(name, "publish", published - decided)
         self.metrics.add_time(name, "store", time.perf_counter() - published)
+
+    def _store_positions(self, plan: Plan, batch: Sequence[Incoming]) -> None:
+        """After the states: a position never covers a record whose effects are not stored."""
+        last: dict[tuple[str, int], Incoming] = {}
+        for record, verdict in zip(batch, plan.verdicts, strict=True):
+            if verdict == "process":
+                last[(record.topic, record.partition)] = record
+        for (topic, partition), offset in plan.next_offsets().items():
+            if (topic, partition) in last:
+                origin = last[(topic, partition)].origin
+                self.table.store_position(topic, partition, offset, origin)
+        self.positions.commit(plan)
+        name = self.process.name
+        for verdict in ("replayed", "stale"):
+            if n := plan.verdicts.count(verdict):
+                self.metrics.inc(name, f"skipped_{verdict}", n)
+        for topic, partition, first, last_missing in plan.missing:
+            self.metrics.inc(name, "offsets_missing", last_missing - first + 1)
+            log.warning(
+                "%s: %s[%d] offsets %d..%d do not exist (retention or transaction markers); "
+                "resuming after them",
+                name,
+                topic,
+                partition,
+                first,
+                last_missing,
+            )
+
+    async def _rewind(self, plan: Plan) -> None:
+        for rewind in plan.rewinds:
+            self.metrics.inc(self.process.name, "rewinds")
+            log.warning(
+                "%s: %s[%d] delivered past offset %d, which was never processed; "
+                "seeking back to it",
+                self.process.name,
+                rewind.topic,
+                rewind.partition,
+                rewind.offset,
+            )
+            try:
+                await self.seek(rewind.topic, rewind.partition, rewind.offset)
+            except Exception:
+                # Forget the partition: its next record finds the gap again and retries.
+                log.exception("%s: seek failed; will retry", self.process.name)
+                self.positions.forget()
 
     def _decide(
         self,
@@ -141,11 +231,27 @@ class ProcessRunner:
         self.metrics.inc(name, "duplicates" if result.duplicate else "processed")
         return _Decided(key, result)
 
-    async def _publish(self, outbound: list[Outbound], dead: list[DeadLetter]) -> None:
-        futures = [
-            await self.send(self.topic_for(o.channel), o.envelope.key.encode(), o.envelope.encode())
-            for o in outbound
-        ]
+    def _encode(self, outbound: Outbound) -> _Encoded:
+        envelope = outbound.envelope
+        return _Encoded(
+            self.topic_for(outbound.channel), envelope.key.encode(), envelope.encode(), envelope
+        )
+
+    def _too_large(self, encoded: list[_Encoded]) -> str | None:
+        """Kafka would refuse such a record on every retry and stall the stream: the
+        decision that made it is not applied, and its input is dead-lettered instead."""
+        for e in encoded:
+            if (size := len(e.key) + len(e.value)) > self.max_message_bytes:
+                self.metrics.inc(self.process.name, "too_large")
+                return (
+                    f"its {e.envelope.type} to {e.topic} would be {size} bytes, over the "
+                    f"{self.max_message_bytes}-byte limit (SAGALINE_MAX_MESSAGE_BYTES); "
+                    "nothing of it was applied"
+                )
+        return None
+
+    async def _publish(self, outbound: list[_Encoded], dead: list[DeadLetter]) -> None:
+        futures = [await self.send(o.topic, o.key, o.value) for o in outbound]
         futures.extend(
             [await self.send(self.dead_letter_topic, d.key or b"", d.encode()) for d in dead]
         )
@@ -153,6 +259,14 @@ class ProcessRunner:
         await asyncio.gather(*futures)
         self.metrics.inc(self.process.name, "sent", len(outbound))
         self.metrics.inc(self.process.name, "dead_lettered", len(dead))
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    topic: str
+    key: bytes
+    value: bytes
+    envelope: Envelope
 
 
 @dataclass(frozen=True)

@@ -97,9 +97,14 @@ async def test_a_redelivered_record_after_the_store_changes_nothing() -> None:
     record = incoming(lc.SetCapacity(on_hand=3), "p1", 0)
     await r.handle_batch([record])
     stored, sent = dict(table), len(kafka.sent)
+    # The same record again (a replay after a crash): its offset is behind the position.
     await r.handle_batch([record])
+    # The same message at a new offset (a producer's retry): its id is in the dedupe window.
+    copy = incoming(lc.SetCapacity(on_hand=3), "p1", 1, message_id="m0")
+    await r.handle_batch([copy])
     assert (dict(table), len(kafka.sent)) == (stored, sent)
     assert r.metrics.snapshot()["inventory.duplicates"] == 1
+    assert r.metrics.snapshot()["inventory.skipped_replayed"] == 1
 
 
 def test_deadline_index_pops_each_key_once_in_time_order_and_forgets_cleared_ones() -> None:

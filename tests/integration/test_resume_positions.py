@@ -1,0 +1,150 @@
+"""Where the worker resumes can never be past a record it has not processed.
+
+Faust's committed offset is only a hint: these tests move it past unprocessed commands, and
+expel the worker from its group mid-load, on the real broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+
+from services.settings import Settings
+from services.topics import ORDER_SAGA, topic_partitions
+from tests.integration.harness import Stack, isolated_settings, running_stack
+
+pytestmark = [pytest.mark.integration]
+
+SESSION_TIMEOUT_S = 6.0
+
+
+async def _commit_group_offsets_at_the_end(settings: Settings, channel: str) -> dict[int, int]:
+    """Do what Faust's bookkeeping did once: commit the group's offsets past records the
+    worker never processed. Retried until the dead worker has left the group."""
+    topic = settings.topic(channel)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.app_id,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic)
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        deadline = asyncio.get_running_loop().time() + 4 * SESSION_TIMEOUT_S
+        while True:
+            try:
+                await consumer.commit(ends)
+                return {tp.partition: offset for tp, offset in ends.items()}
+            except KafkaError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(1)
+    finally:
+        await consumer.stop()
+
+
+async def _committed(settings: Settings, channel: str) -> dict[int, int]:
+    topic = settings.topic(channel)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.app_id,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic)
+        return {tp.partition: (await consumer.committed(tp)) or 0 for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+async def test_a_group_offset_committed_past_unprocessed_commands_skips_none(
+    tmp_path: Path,
+) -> None:
+    settings = isolated_settings(tmp_path, session_timeout_s=SESSION_TIMEOUT_S)
+    async with running_stack(settings, tmp_path) as stack:
+        await stack.set_stock("gap", 100)
+        before = [await stack.place([("gap", 1)], customer=f"b{i}") for i in range(10)]
+        await stack.tail.wait_for(before, 60)
+
+        await asyncio.to_thread(stack.worker.kill)
+        after = [await stack.place([("gap", 1)], customer=f"a{i}") for i in range(30)]
+        ends = await _commit_group_offsets_at_the_end(settings, ORDER_SAGA)
+        assert await _committed(settings, ORDER_SAGA) == ends  # the group now skips them
+
+        await asyncio.to_thread(stack.worker.start)
+        outcomes = await stack.tail.wait_for(after, 60)
+        assert len(outcomes) == 30, f"{30 - len(outcomes)} accepted orders were never processed"
+        assert {o.status for o in outcomes.values()} == {"CONFIRMED"}
+        await stack.wait_stock("gap", lambda f: f["on_hand"] == 60 and f["reserved"] == 0)
+        assert "resuming at the stored position" in stack.worker.tail_log(200_000)
+
+
+PRODUCTS = [f"gap-{i}" for i in range(6)]
+STOCK = 25
+
+
+async def _place_steadily(stack: Stack, count: int, lines: dict[str, list[str]]) -> list[str]:
+    rnd = random.Random(11)
+    orders = []
+    for i in range(count):
+        picked = rnd.sample(PRODUCTS, rnd.choice([1, 2]))
+        method = "decline" if i % 10 == 0 else "card"
+        order = await stack.place([(p, 1) for p in picked], method=method, customer=f"s{i}")
+        lines[order] = picked
+        orders.append(order)
+        await asyncio.sleep(0.02)
+    return orders
+
+
+async def test_expelled_mid_load_then_killed_loses_no_accepted_order(tmp_path: Path) -> None:
+    """SIGSTOP past the session timeout (the group expels the worker and its offsets may be
+    committed by nobody or by a stale generation), SIGCONT, then SIGKILL and restart."""
+    settings = isolated_settings(tmp_path, session_timeout_s=SESSION_TIMEOUT_S)
+    async with running_stack(settings, tmp_path) as stack:
+        for product in PRODUCTS:
+            await stack.set_stock(product, STOCK)
+        lines: dict[str, list[str]] = {}
+        load = asyncio.create_task(_place_steadily(stack, 300, lines))
+        while len(stack.tail.outcomes) < 40:
+            await asyncio.sleep(0.05)
+        assert stack.worker.proc is not None
+        stack.worker.proc.send_signal(signal.SIGSTOP)
+        await asyncio.sleep(SESSION_TIMEOUT_S * 2)  # expelled while records pile up
+        stack.worker.proc.send_signal(signal.SIGCONT)
+        await asyncio.sleep(3)  # rejoining, mid-batch
+        await asyncio.to_thread(stack.worker.kill)
+        await asyncio.to_thread(stack.worker.start)
+        orders = await load
+
+        outcomes = await stack.tail.wait_for(orders, 120)
+        assert len(outcomes) == len(orders), f"{len(orders) - len(outcomes)} orders never ended"
+        finals: dict[str, set[str]] = defaultdict(set)
+        for e in stack.tail.events:
+            if e.type == "order.StatusChanged" and e.payload["status"] in (
+                "CONFIRMED",
+                "REJECTED",
+                "CANCELLED",
+            ):
+                finals[e.saga_id or ""].add(e.payload["status"])
+        assert all(len(s) == 1 for s in finals.values())
+        sold: dict[str, int] = defaultdict(int)
+        for order, outcome in outcomes.items():
+            if outcome.status == "CONFIRMED":
+                for product in lines[order]:
+                    sold[product] += 1
+        for product in PRODUCTS:
+            expected = STOCK - sold[product]
+            fact = await stack.wait_stock(
+                product, lambda f, n=expected: f["reserved"] == 0 and f["on_hand"] == n
+            )
+            assert (fact["on_hand"], fact["reserved"]) == (expected, 0), product

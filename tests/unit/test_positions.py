@@ -1,0 +1,137 @@
+"""Input positions: the worker resumes where its own stored state says, never past a record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from sagas.contracts import ledger as lc
+from sagas.messages import Envelope
+from services.worker.deadletter import DeadLetter
+from services.worker.positions import InputPositions, Rewind
+from services.worker.runner import DictTable
+from tests.unit.test_runner import FakeKafka, incoming, runner
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass(frozen=True)
+class At:
+    topic: str
+    partition: int
+    offset: int
+
+
+def offsets(*values: int, partition: int = 0) -> list[At]:
+    return [At("t", partition, o) for o in values]
+
+
+def run(positions: InputPositions, records: list[At]) -> list[str]:
+    plan = positions.plan(records)
+    positions.commit(plan)
+    return list(plan.verdicts)
+
+
+def test_a_fresh_partition_takes_what_comes_and_then_expects_the_next_offset() -> None:
+    positions = InputPositions(lambda topic, partition: None)
+    assert run(positions, offsets(5, 6, 7)) == ["process"] * 3
+    assert run(positions, offsets(8)) == ["process"]
+
+
+def test_a_stored_position_skips_what_was_processed_before_it() -> None:
+    positions = InputPositions(lambda topic, partition: 10)
+    assert run(positions, offsets(8, 9, 10, 11)) == ["replayed", "replayed", "process", "process"]
+
+
+def test_a_record_past_a_gap_is_not_processed_and_asks_for_a_seek_back() -> None:
+    positions = InputPositions(lambda topic, partition: 10)
+    plan = positions.plan(offsets(13, 14, 15))
+    assert plan.verdicts == ["past_gap", "stale", "stale"]
+    assert plan.rewinds == [Rewind("t", 0, 10)]
+    assert plan.next_offsets() == {("t", 0): 10}
+    positions.commit(plan)
+    # What the seek brings back: the missing records first, then the rest again.
+    assert run(positions, offsets(10, 11, 12, 13, 14, 15, 16)) == ["process"] * 7
+
+
+def test_the_stale_run_fetched_before_the_seek_is_skipped_until_the_seek_shows() -> None:
+    positions = InputPositions(lambda topic, partition: 10)
+    assert run(positions, offsets(13, 14)) == ["past_gap", "stale"]
+    assert run(positions, offsets(15, 16, 10, 11)) == ["stale", "stale", "process", "process"]
+
+
+def test_offsets_that_do_not_exist_are_skipped_once_the_seek_shows_it() -> None:
+    # Retention deleted 10..12 (or they were transaction markers): the seek to 10 delivers
+    # 13 again, which no longer continues the rising stale run.
+    positions = InputPositions(lambda topic, partition: 10)
+    assert run(positions, offsets(13, 14)) == ["past_gap", "stale"]
+    plan = positions.plan(offsets(13, 14, 15))
+    assert plan.verdicts == ["process"] * 3
+    assert plan.missing == [("t", 0, 10, 12)]
+
+
+def test_planning_moves_nothing_until_committed_so_a_failed_batch_is_planned_again() -> None:
+    positions = InputPositions(lambda topic, partition: 10)
+    first = positions.plan(offsets(10, 11))
+    again = positions.plan(offsets(10, 11))
+    assert first.verdicts == again.verdicts == ["process", "process"]
+
+
+def test_partitions_are_independent_and_forget_rereads_the_store() -> None:
+    stored = {("t", 0): 5, ("t", 1): 0}
+    positions = InputPositions(lambda topic, partition: stored.get((topic, partition)))
+    records = [*offsets(5, partition=0), *offsets(0, partition=1), *offsets(6, partition=0)]
+    assert run(positions, records) == ["process", "process", "process"]
+    stored[("t", 0)] = 20  # another worker went further while the partition was away
+    positions.forget()
+    assert run(positions, offsets(7, 20)) == ["replayed", "process"]
+
+
+async def test_the_runner_stores_positions_after_the_states_and_only_when_sent() -> None:
+    table = DictTable()
+    failing = runner(FakeKafka(fail=True), table)
+    batch = [incoming(lc.SetCapacity(on_hand=3), "p1", 0)]
+    with pytest.raises(ConnectionError):
+        await failing.handle_batch(batch)
+    assert (dict(table), table.positions) == ({}, {})
+    # Retried on the same runner (as the agent does): the batch is planned again, not skipped.
+    failing.send = FakeKafka().send
+    await failing.handle_batch(batch)
+    assert set(table) == {"p1"}
+    assert table.positions == {("t.inventory", 0): 1}
+
+
+async def test_the_runner_seeks_back_over_a_gap_and_processes_nothing_past_it() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    table.positions[("t.inventory", 0)] = 3
+    seeks: list[tuple[str, int, int]] = []
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        seeks.append((topic, partition, offset))
+
+    r = runner(kafka, table)
+    r.seek = seek
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=3), "p1", 5)])
+    assert (seeks, kafka.sent, dict(table)) == ([("t.inventory", 0, 3)], [], {})
+    assert r.metrics.snapshot()["inventory.rewinds"] == 1
+
+
+async def test_a_decision_whose_message_kafka_would_refuse_is_dead_lettered_not_retried() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = runner(kafka, table)
+    r.max_message_bytes = 10_000
+    huge = lc.Reserve(reservation_id="o1:" + "x" * 20_000, quantity=1, ttl_seconds=60)
+    batch = [
+        incoming(lc.SetCapacity(on_hand=3), "p1", 0),
+        incoming(huge, "p1", 1),
+        incoming(lc.Reserve(reservation_id="o2:p1", quantity=1, ttl_seconds=60), "p1", 2),
+    ]
+    await r.handle_batch(batch)
+    letters = [DeadLetter.decode(v) for t, _, v in kafka.sent if t == "t.deadletter"]
+    assert [(d["offset"], "over the 10000-byte limit" in d["reason"]) for d in letters] == [
+        (1, True)
+    ]
+    replies = [Envelope.decode(v).type for t, _, v in kafka.sent if t == "t.order-saga"]
+    assert replies == ["ledger.CapacitySet", "ledger.Reserved"]
+    assert table.positions == {("t.inventory", 0): 3}
