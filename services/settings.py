@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     seen_window: int = Field(
         500, ge=10, description="Processed message ids remembered per key, for dedupe"
     )
+    deadletter_inline_max_bytes: int = Field(
+        256 * 1024,
+        ge=1024,
+        le=450 * 1024,
+        description="A dead letter carries the original key and value inline up to this size (JSON-encoded); larger ones are named by size and SHA-256 and stay in their source topic at the letter's partition and offset (keeps every letter under the producer's 1 MB max request size)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

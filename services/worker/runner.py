@@ -122,10 +122,14 @@ class ProcessRunner:
         try:
             envelope = Envelope.decode(incoming.value)
             key = envelope.key
-            if incoming.key is not None and incoming.key.decode() != key:
-                raise ContractError(
-                    f"record key {incoming.key!r} differs from envelope key {key!r}"
-                )
+            # The record's key chose the partition, hence the table partition the state lives
+            # in: a record without one, or with another key than its envelope's, would read
+            # and write the state of a key this partition does not own.
+            if incoming.key is None:
+                raise ContractError(f"record has no key (envelope key {key!r})")
+            if incoming.key != key.encode():
+                shown = incoming.key[:60].decode(errors="replace")
+                raise ContractError(f"record key {shown!r} differs from envelope key {key!r}")
             current = fresh.get(key) or self.load(key, incoming.origin)
             result = step(self.process, current, envelope, now, self.seen_window)
         except ContractError as exc:
