@@ -5,6 +5,11 @@ offsets. Each batch's rows and its next offsets commit in one transaction, and o
 (and after any failed batch) the consumer seeks to the offsets stored there. Its own
 consumer group (``{app_id}-projector``) is committed too, after the database, only so that
 the usual Kafka tools can show its lag.
+
+No record can stop it: triage never raises, an unknown event type is dead-lettered (and
+applied as skipped), and a batch the database keeps refusing while it answers ``SELECT 1``
+is split until the refused events are found (:mod:`services.projector.isolation`); only a
+database or broker that does not answer makes it wait, with growing backoff.
 """
 
 from __future__ import annotations
@@ -186,14 +191,16 @@ class Projector:
 
     async def _recover(self) -> None:
         """Wait, then rewind to the database's offsets; retried until the database answers."""
-        backoff = min(2.0 ** (self._failures - 1), MAX_BACKOFF_S)
+        # Doubles with each batch failed in a row (the exponent capped: hours of failures must
+        # not overflow a float), so a database that stays down is not hammered.
+        backoff = min(2.0 ** min(self._failures - 1, 16), MAX_BACKOFF_S)
         while True:
             await asyncio.sleep(backoff)
             try:
                 await self._seek_to_checkpoints()
                 return
             except Exception as exc:
-                log.warning("cannot read the stored offsets yet (%s); retrying", exc)
+                log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     async def _commit_to_kafka(self, next_offsets: Mapping[int, int]) -> None:
