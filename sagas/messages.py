@@ -7,13 +7,18 @@ model so a record read from Kafka is validated against exactly one contract.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from sagas.untrusted import ContractError, bounded, parse_object
 
 SCHEMA_VERSION = 1
+MAX_KEY_LENGTH = 200
+"""Longest envelope key: it becomes a table key and an ``entity_key`` column (200)."""
+
+__all__ = ["SCHEMA_VERSION", "ContractError", "Envelope", "Message"]
 
 
 class Message(BaseModel):
@@ -35,15 +40,11 @@ class Message(BaseModel):
         try:
             return Message._registry[type_name]
         except KeyError:
-            raise ContractError(f"unknown message type {type_name!r}") from None
+            raise ContractError(f"unknown message type {bounded(type_name, 100)!r}") from None
 
     @classmethod
     def known_types(cls) -> dict[str, type[Message]]:
         return dict(Message._registry)
-
-
-class ContractError(ValueError):
-    """A record that does not satisfy any message contract. Goes to the dead-letter topic."""
 
 
 class Envelope(BaseModel):
@@ -69,13 +70,26 @@ class Envelope(BaseModel):
     """Domain events only: 1, 2, 3... per entity, with no gaps."""
     payload: dict[str, Any]
 
+    @field_validator("key")
+    @classmethod
+    def _key_fits_a_table(cls, key: str) -> str:
+        # A key becomes a table key, a partition key and a column value: a hostile one
+        # (empty, a megabyte, control characters) is refused here, before it gets there.
+        if not key:
+            raise ValueError("must not be empty")
+        if len(key) > MAX_KEY_LENGTH:
+            raise ValueError(f"has {len(key)} characters, at most {MAX_KEY_LENGTH} allowed")
+        if not key.isprintable():
+            raise ValueError("has control characters")
+        return key
+
     def message(self) -> Message:
         """The payload validated against its contract; raises :class:`ContractError`."""
         model = Message.model_for(self.type)
         try:
             return model.model_validate(self.payload)
         except ValidationError as exc:
-            raise ContractError(f"{self.type}: {_describe(exc)}") from exc
+            raise ContractError(f"{bounded(self.type, 100)}: {_describe(exc)}") from None
 
     def encode(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode()
@@ -83,18 +97,11 @@ class Envelope(BaseModel):
     @classmethod
     def decode(cls, raw: bytes | str | None) -> Envelope:
         """Parse a Kafka record value; raises :class:`ContractError` with a readable reason."""
-        if raw is None:
-            raise ContractError("empty record (no value)")
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ContractError(f"not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ContractError("not a JSON object")
+        data = parse_object(raw)
         try:
             envelope = cls.model_validate(data)
         except ValidationError as exc:
-            raise ContractError(f"bad envelope: {_describe(exc)}") from exc
+            raise ContractError(f"bad envelope: {_describe(exc)}") from None
         if envelope.schema_version > SCHEMA_VERSION:
             raise ContractError(
                 f"schema version {envelope.schema_version} is newer than {SCHEMA_VERSION}"
@@ -130,9 +137,10 @@ class Envelope(BaseModel):
 
 
 def _describe(exc: ValidationError) -> str:
-    """A one-line, human-readable list of what is wrong."""
+    """A one-line, human-readable list of what is wrong (bounded: a hostile record's field
+    names and messages must not fill a dead letter)."""
     parts = []
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "value"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+    for err in exc.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(bounded(str(p), 40) for p in err["loc"]) or "value"
+        parts.append(f"{where}: {bounded(err['msg'], 120)}")
+    return bounded("; ".join(parts))

@@ -87,6 +87,12 @@ class Settings(BaseSettings):
         ge=10_000,
         description="Largest record the worker produces; a decision whose message would be larger is dead-lettered instead of stalling its stream (keep it under the producer's 1 MiB request size and the broker's message.max.bytes)",
     )
+    deadletter_inline_max_bytes: int = Field(
+        256 * 1024,
+        ge=1024,
+        le=450 * 1024,
+        description="A dead letter carries the original key and value inline up to this size (JSON-encoded); larger ones are named by size and SHA-256 and stay in their source topic at the letter's partition and offset (keeps every letter under the producer's 1 MB max request size)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

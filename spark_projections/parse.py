@@ -218,7 +218,9 @@ def _domain_event() -> Column:
 
 
 def _record_key_matches() -> Column:
-    return F.col("key").isNull() | (F.col("key") == F.encode(F.col("e_key"), "UTF-8"))
+    # A record without a key is refused by triage (it may sit on any partition), so it never
+    # takes the native route; a null comparison here is false.
+    return F.col("key").isNotNull() & (F.col("key") == F.encode(F.col("e_key"), "UTF-8"))
 
 
 def _payload_valid() -> Column:

@@ -28,6 +28,11 @@ from services.readmodels import codec, store
 
 log = logging.getLogger(__name__)
 
+REFUSED_TYPE = "projector.RefusedByDatabase"
+"""The type of the placeholder that takes the place of an event the database refused
+(:mod:`services.projector.isolation`): registered by no contract, so the folds skip it
+while its sequence counts. It is dead-lettered, not counted as an unknown type."""
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -91,7 +96,7 @@ def apply_batch(conn: Connection, batch: Batch, now: datetime) -> Applied:
         if folded.row is not None:
             changed.append(folded.row)
         timeline.extend(folded.timeline)
-        outcome.unknown.update(e.type for e in folded.unknown)
+        outcome.unknown.update(e.type for e in folded.unknown if e.type != REFUSED_TYPE)
         outcome.applied += len(ready) - len(folded.unknown)
         for event in ready:
             _note_receipt(receipts, entity.where(event), now)

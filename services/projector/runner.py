@@ -5,6 +5,11 @@ offsets. Each batch's rows and its next offsets commit in one transaction, and o
 (and after any failed batch) the consumer seeks to the offsets stored there. Its own
 consumer group (``{app_id}-projector``) is committed too, after the database, only so that
 the usual Kafka tools can show its lag.
+
+No record can stop it: triage never raises, an unknown event type is dead-lettered (and
+applied as skipped), and a batch the database keeps refusing while it answers ``SELECT 1``
+is split until the refused events are found (:mod:`services.projector.isolation`); only a
+database or broker that does not answer makes it wait, with growing backoff.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -22,8 +28,10 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
+from sagas.untrusted import bounded
 from services.projector.batch import Applied, Batch, apply_batch
-from services.projector.triage import Positioned, Rejected, triage
+from services.projector.isolation import database_answers, refused, without
+from services.projector.triage import Positioned, Rejected, triage, unknown_type_reason
 from services.readmodels import queries, store
 from services.readmodels.engine import create_read_engine
 from services.readmodels.migrate import is_migrated
@@ -53,6 +61,8 @@ class Projector:
         self._last_prune = float("-inf")
         self._last_housekeeping = time.monotonic()
         self._last_gap_warning = float("-inf")
+        self._failures = 0
+        """Batches failed in a row: the wait before the next attempt doubles with each."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Project until ``stop`` is set; the batch in progress completes first."""
@@ -112,26 +122,60 @@ class Projector:
     async def _handle(self, records: Mapping[TopicPartition, Sequence[ConsumerRecord]]) -> None:
         events: list[Positioned] = []
         dead: list[DeadLetter] = []
+        read: dict[tuple[int, int], ConsumerRecord] = {}
         next_offsets: dict[int, int] = {}
+        malformed = 0
         for tp, batch in records.items():
             for record in batch:
                 sorted_out = triage(record.key, record.value)
                 if isinstance(sorted_out, Rejected):
-                    dead.append(_dead_letter(record, sorted_out.reason))
-                else:
-                    events.append(Positioned(sorted_out, tp.partition, record.offset))
+                    dead.append(self._dead_letter(record, sorted_out.reason))
+                    malformed += 1
+                    continue
+                events.append(Positioned(sorted_out, tp.partition, record.offset))
+                read[tp.partition, record.offset] = record
+                if (unknown := unknown_type_reason(sorted_out)) is not None:
+                    # Applied all the same (skipped, its sequence counts); the letter makes
+                    # it visible where every other record the projector cannot show goes.
+                    dead.append(self._dead_letter(record, unknown, malformed=False))
             next_offsets[tp.partition] = batch[-1].offset + 1
+        batch_ = Batch(self.topic, events, next_offsets, malformed)
         try:
             # Parked before the offsets move past them: a crash re-sends, never loses one.
             await self._send_dead_letters(dead)
-            batch_ = Batch(self.topic, events, next_offsets, len(dead))
-            applied = await asyncio.to_thread(self._write, batch_)
+            applied, refused_ = await self._write_or_isolate(batch_, read)
         except Exception:
+            self._failures += 1
             log.exception("batch failed; resuming from the stored offsets")
             await self._recover()
             return
-        self._report(applied, len(dead))
+        self._failures = 0
+        self._report(applied, malformed + refused_)
         await self._commit_to_kafka(next_offsets)
+
+    async def _write_or_isolate(
+        self, batch: Batch, read: Mapping[tuple[int, int], ConsumerRecord]
+    ) -> tuple[Applied, int]:
+        """Write the batch; if its transaction fails twice while the database answers,
+        dead-letter the events it refuses and write the rest (see :mod:`isolation`).
+        Returns what was applied and how many events were refused."""
+        for attempt in (1, 2):
+            try:
+                return await asyncio.to_thread(self._write, batch), 0
+            except Exception as exc:
+                if not await asyncio.to_thread(database_answers, self.engine):
+                    raise  # down, not refusing: _recover waits for it with capped backoff
+                log.warning("batch transaction failed (attempt %d): %s", attempt, bounded(str(exc)))
+        found = await asyncio.to_thread(refused, self.engine, batch)
+        if not found:
+            raise RuntimeError("the batch fails as a whole, yet no single event of it fails")
+        letters = []
+        for r in found:
+            record = read[r.where.partition, r.where.offset]
+            letters.append(self._dead_letter(record, r.reason))
+        await self._send_dead_letters(letters)
+        cleaned = replace(without(batch, found), dead_lettered=batch.dead_lettered + len(found))
+        return await asyncio.to_thread(self._write, cleaned), len(found)
 
     def _write(self, batch: Batch) -> Applied:
         with self.engine.begin() as conn:
@@ -147,14 +191,16 @@ class Projector:
 
     async def _recover(self) -> None:
         """Wait, then rewind to the database's offsets; retried until the database answers."""
-        backoff = 1.0
+        # Doubles with each batch failed in a row (the exponent capped: hours of failures must
+        # not overflow a float), so a database that stays down is not hammered.
+        backoff = min(2.0 ** min(self._failures - 1, 16), MAX_BACKOFF_S)
         while True:
             await asyncio.sleep(backoff)
             try:
                 await self._seek_to_checkpoints()
                 return
             except Exception as exc:
-                log.warning("cannot read the stored offsets yet (%s); retrying", exc)
+                log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     async def _commit_to_kafka(self, next_offsets: Mapping[int, int]) -> None:
@@ -168,7 +214,7 @@ class Projector:
         self.totals.update(
             applied=applied.applied, duplicates=applied.duplicates, dead_lettered=dead
         )
-        for event_type, count in applied.unknown.items():
+        for event_type, count in applied.unknown.items():  # each is dead-lettered too
             self.totals["unknown_type"] += count
             log.warning(
                 "skipped %d event(s) of unknown type %r (their sequence numbers still count); "
@@ -177,7 +223,20 @@ class Projector:
                 event_type,
             )
         if dead:
-            log.warning("dead-lettered %d malformed record(s)", dead)
+            log.warning("dead-lettered %d malformed or refused record(s)", dead)
+
+    def _dead_letter(
+        self, record: ConsumerRecord, reason: str, malformed: bool = True
+    ) -> DeadLetter:
+        if malformed:
+            log.warning(
+                "dead-lettering %s[%d]@%d: %s",
+                record.topic,
+                record.partition,
+                record.offset,
+                reason,
+            )
+        return DeadLetter.of(record, reason, STAGE, self.settings.deadletter_inline_max_bytes)
 
     # --- housekeeping ------------------------------------------------------------------
 
@@ -213,13 +272,6 @@ class Projector:
             pruned = store.prune_receipts(conn, cutoff)
         if pruned:
             log.info("pruned %d command receipt(s) older than %s", pruned, cutoff)
-
-
-def _dead_letter(record: ConsumerRecord, reason: str) -> DeadLetter:
-    log.warning(
-        "malformed record %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
-    )
-    return DeadLetter.of(record, reason, STAGE)
 
 
 async def serve(settings: Settings) -> None:

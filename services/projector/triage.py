@@ -7,11 +7,15 @@ fact from a newer producer, and it must take its place in its entity's sequence
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from sagas.messages import ContractError, Envelope, Message
 from sagas.projections.entity import is_known
+from sagas.untrusted import bounded
 from services.readmodels.limits import unstorable_reason
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,13 +33,29 @@ class Rejected:
 
 
 def triage(key: bytes | None, value: bytes | None) -> Envelope | Rejected:
+    """Never raises: whatever a record holds, it is sorted, so no record can stop the
+    projector (an exception here would fail the batch again at every restart)."""
     try:
         event = Envelope.decode(value)
         message = _payload(event, key)
+        reason = unstorable_reason(event, message)
     except ContractError as exc:
         return Rejected(str(exc))
-    reason = unstorable_reason(event, message)
+    except Exception as exc:  # a bug met by a strange record: park the record, go on
+        log.exception("triage failed on a record; dead-lettering it")
+        return Rejected(bounded(f"{type(exc).__name__}: {exc}"))
     return event if reason is None else Rejected(f"does not fit the read model: {reason}")
+
+
+def unknown_type_reason(event: Envelope) -> str | None:
+    """Why an event whose type this projector does not know is also dead-lettered (it is
+    still applied as a skipped event, so its entity is not blocked), or None if known."""
+    if is_known(event):
+        return None
+    return bounded(
+        f"unknown event type {event.type!r} (entity {event.key} #{event.sequence}), its "
+        "sequence still counts: upgrade the projector and rebuild the read models to show it"
+    )
 
 
 def _payload(event: Envelope, key: bytes | None) -> Message | None:
@@ -46,6 +66,9 @@ def _payload(event: Envelope, key: bytes | None) -> Message | None:
     prefix = f"{event.entity_type}:"
     if not event.key.startswith(prefix) or event.key == prefix:
         raise ContractError(f"key {event.key!r} does not name a {event.entity_type!r} entity")
-    if key is not None and key != event.key.encode():
-        raise ContractError(f"record key {key!r} differs from envelope key {event.key!r}")
+    if key is None:
+        raise ContractError(f"record has no key (envelope key {event.key!r})")
+    if key != event.key.encode():
+        shown = key[:60].decode(errors="replace")
+        raise ContractError(f"record key {shown!r} differs from envelope key {event.key!r}")
     return event.message() if is_known(event) else None

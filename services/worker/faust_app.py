@@ -156,6 +156,7 @@ def _register(
         seen_window=settings.seen_window,
         seek=seek,
         max_message_bytes=settings.max_message_bytes,
+        deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
     )
     within = settings.batch_within_ms / 1000
 

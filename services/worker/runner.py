@@ -26,7 +26,7 @@ from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
 from sagas.machinery.step import StepResult, step
 from sagas.messages import ContractError, Envelope
-from services.worker.deadletter import DeadLetter
+from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, DeadLetter
 from services.worker.deadlines import DeadlineIndex
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions, Plan
@@ -102,6 +102,7 @@ class ProcessRunner:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     seek: Seek = _no_seek
     max_message_bytes: int = 1_000_000
+    deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
@@ -136,7 +137,7 @@ class ProcessRunner:
                 continue
             encoded = [self._encode(o) for o in result.result.outbound]
             if too_large := self._too_large(encoded):
-                dead.append(DeadLetter.of(record, too_large, self.process.name))
+                dead.append(self._letter(record, too_large))
                 continue
             fresh[result.record_key] = result.result.record
             origins[result.record_key] = record.origin
@@ -212,24 +213,31 @@ class ProcessRunner:
         try:
             envelope = Envelope.decode(incoming.value)
             key = envelope.key
-            if incoming.key is not None and incoming.key.decode() != key:
-                raise ContractError(
-                    f"record key {incoming.key!r} differs from envelope key {key!r}"
-                )
+            # The record's key chose the partition, hence the table partition the state lives
+            # in: a record without one, or with another key than its envelope's, would read
+            # and write the state of a key this partition does not own.
+            if incoming.key is None:
+                raise ContractError(f"record has no key (envelope key {key!r})")
+            if incoming.key != key.encode():
+                shown = incoming.key[:60].decode(errors="replace")
+                raise ContractError(f"record key {shown!r} differs from envelope key {key!r}")
             current = fresh.get(key) or self.load(key, incoming.origin)
             result = step(self.process, current, envelope, now, self.seen_window)
         except ContractError as exc:
             self.metrics.inc(name, "invalid")
             log.warning("%s: dead-lettering %s@%s: %s", name, incoming.topic, incoming.offset, exc)
-            dead.append(DeadLetter.of(incoming, str(exc), name))
+            dead.append(self._letter(incoming, str(exc)))
             return None
         except Exception as exc:  # an agent must never die silently: park the record, go on
             self.metrics.inc(name, "errors")
             log.exception("%s: failed on %s@%s", name, incoming.topic, incoming.offset)
-            dead.append(DeadLetter.of(incoming, f"{type(exc).__name__}: {exc}", name))
+            dead.append(self._letter(incoming, f"{type(exc).__name__}: {exc}"))
             return None
         self.metrics.inc(name, "duplicates" if result.duplicate else "processed")
         return _Decided(key, result)
+
+    def _letter(self, record: Incoming, reason: str) -> DeadLetter:
+        return DeadLetter.of(record, reason, self.process.name, self.deadletter_inline_max_bytes)
 
     def _encode(self, outbound: Outbound) -> _Encoded:
         envelope = outbound.envelope

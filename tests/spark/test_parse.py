@@ -53,6 +53,7 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
         variant(json.dumps({**good, "saga_id": None})),
         variant(json.dumps({**good, "payload": {"status": "PENDING"}})),
         variant(json.dumps({"extra": 1, **good})),
+        (None, canonical.encode()),  # no record key: refused, though the text is canonical
     ]
     placed = next(e for e in events if e.type == "order.Placed").encode().decode()
     near_misses += [

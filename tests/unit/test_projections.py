@@ -20,9 +20,10 @@ from sagas.ids import external_command_id
 from sagas.messages import Envelope
 from sagas.projections.entity import fold_entity
 from sagas.projections.listing import customer_history, saga_timeline
+from services.projector import triage as triage_module
 from services.projector.batch import Applied, Batch, apply_batch
 from services.projector.status import projection_status
-from services.projector.triage import Positioned, Rejected, triage
+from services.projector.triage import Positioned, Rejected, triage, unknown_type_reason
 from services.readmodels import queries, store
 from services.readmodels.freshness import Arrived, ReadWatch
 from tests.integration.golden import T0, Expected, expected_rows, golden_events, scrambled
@@ -150,7 +151,8 @@ def _placed(**payload: object) -> dict[str, object]:
 def test_malformed_or_unstorable_records_are_rejected_with_a_reason(
     event: Envelope, changes: dict[str, object], reason: str
 ) -> None:
-    sorted_out = triage(None, _raw(event, **changes))
+    key = str(changes.get("key", event.key)).encode()
+    sorted_out = triage(key, _raw(event, **changes))
     assert isinstance(sorted_out, Rejected)
     assert reason in sorted_out.reason
 
@@ -161,6 +163,36 @@ def test_garbage_and_key_mismatch_are_rejected_an_unknown_type_is_not() -> None:
     assert "differs from envelope key" in triage(b"order:other", placed.encode()).reason  # type: ignore[union-attr]
     unknown = unknown_event("order:o1", 1)
     assert triage(b"order:o1", unknown.encode()) == unknown
+    assert unknown_type_reason(unknown) == (
+        f"unknown event type {unknown.type!r} (entity order:o1 #1), its sequence still counts: "
+        "upgrade the projector and rebuild the read models to show it"
+    )
+    assert unknown_type_reason(PLACED) is None
+
+
+def test_a_record_without_its_key_is_rejected() -> None:
+    verdict = triage(None, PLACED.encode())
+    assert verdict == Rejected(f"record has no key (envelope key {PLACED.key!r})")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, b"\xff", b"[" * 100_000, b'{"a": NaN}', b"9" * 10_000, b"x" * 2_000_000, b"{}"],
+)
+def test_triage_never_raises_on_hostile_bytes(value: bytes | None) -> None:
+    verdict = triage(b"order:o1", value)
+    assert isinstance(verdict, Rejected) and 0 < len(verdict.reason) <= 300
+
+
+def test_triage_turns_an_unexpected_exception_into_a_rejection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(triage_module, "unstorable_reason", broken)
+    verdict = triage(PLACED.key.encode(), PLACED.encode())
+    assert verdict == Rejected("RecursionError: maximum recursion depth exceeded")
 
 
 # --- apply_batch on SQLite -----------------------------------------------------------------

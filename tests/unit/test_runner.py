@@ -141,3 +141,35 @@ async def test_an_exception_inside_a_definition_is_dead_lettered_with_its_error(
     assert letter["reason"] == "ZeroDivisionError: a bug in a saga definition"
     assert r.metrics.snapshot()["inventory.errors"] == 1
     assert table == {}
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        (None, "record has no key (envelope key 'p1')"),
+        (b"p2", "record key 'p2' differs from envelope key 'p1'"),
+        (b"\xff", "record key '\ufffd' differs from envelope key 'p1'"),
+    ],
+)
+async def test_a_record_without_its_envelopes_key_is_dead_lettered(
+    key: bytes | None, reason: str
+) -> None:
+    kafka, table = FakeKafka(), DictTable()
+    good = incoming(lc.SetCapacity(on_hand=3), "p1", 0)
+    r = runner(kafka, table)
+    await r.handle_batch([Incoming(good.topic, 0, 0, key, good.value)])
+    [letter] = [DeadLetter.decode(v) for t, _, v in kafka.sent if t == "t.deadletter"]
+    assert letter["reason"] == reason
+    assert r.metrics.snapshot()["inventory.invalid"] == 1
+    assert table == {}
+
+
+async def test_a_megabyte_record_gives_a_letter_that_fits() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    huge = Incoming("t.inventory", 2, 9, b"p1", b"[" * 1_000_000)
+    await runner(kafka, table).handle_batch([huge])
+    [(topic, key, value)] = kafka.sent
+    assert topic == "t.deadletter" and key == b"p1" and len(value) < 2_000
+    letter = DeadLetter.decode(value)
+    assert (letter["partition"], letter["offset"], letter["value_inline"]) == (2, 9, False)
+    assert str(letter["reason"]).startswith("record of 1000000 bytes is larger")
