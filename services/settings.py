@@ -83,9 +83,10 @@ class Settings(BaseSettings):
         500, ge=10, description="Processed message ids remembered per key, for dedupe"
     )
     max_message_bytes: int = Field(
-        1_000_000,
+        512 * 1024,
         ge=10_000,
-        description="Largest record the worker produces; a decision whose message would be larger is dead-lettered instead of stalling its stream (keep it under the producer's 1 MiB request size and the broker's message.max.bytes)",
+        le=512 * 1024,
+        description="Largest record the worker produces; a decision whose message would be larger is dead-lettered instead of stalling its stream (at most the 512 KiB every Sagaline consumer accepts, well under the producer's 1 MiB request size)",
     )
     deadletter_inline_max_bytes: int = Field(
         256 * 1024,

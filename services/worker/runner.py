@@ -26,6 +26,7 @@ from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
 from sagas.machinery.step import StepResult, step
 from sagas.messages import ContractError, Envelope
+from sagas.untrusted import MAX_RECORD_BYTES
 from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, DeadLetter
 from services.worker.deadlines import DeadlineIndex
 from services.worker.metrics import Metrics
@@ -101,7 +102,7 @@ class ProcessRunner:
     seen_window: int = 500
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     seek: Seek = _no_seek
-    max_message_bytes: int = 1_000_000
+    max_message_bytes: int = MAX_RECORD_BYTES
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
 
     def __post_init__(self) -> None:
