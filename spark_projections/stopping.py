@@ -45,7 +45,10 @@ def run_bounded(settings: Settings, *, until_checkpoints: bool) -> Summary:
         "rebuild", settings.shutdown_grace_s, UNDONE, before_exit=lambda: stop_jvm(0)
     )
 
+    received: list[str] = []
+
     def interrupt(signum: int) -> None:
+        received.append(signal.Signals(signum).name)
         first = not watchdog.armed
         watchdog.arm(signum)
         if first:  # a second signal must not break off the clean-up the first one started
@@ -54,12 +57,16 @@ def run_bounded(settings: Settings, *, until_checkpoints: bool) -> Summary:
     on_stop_signals(interrupt)
     try:
         return run(settings, until_checkpoints=until_checkpoints)
-    except Stopped as stopped:
+    except BaseException as exc:
+        if not watchdog.armed:
+            raise
+        # Stopped, or what the clean-up raised after it: a py4j call broken off midway can
+        # leave its connection answering the next call wrongly (session.stop() then fails).
         stop_jvm(JVM_STOP_S)
         log.error(
             "rebuild: stopped by %s before it finished; nothing was swapped in unless the swap "
             "had committed, the run lock is released and Spark is stopped — run it again",
-            stopped,
+            received[0] if received else type(exc).__name__,
         )
         raise SystemExit(EXIT_UNFINISHED) from None
     finally:
