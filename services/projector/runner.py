@@ -228,7 +228,7 @@ async def serve(settings: Settings) -> None:
     Bounded (see :mod:`services.shutdown`): a stop that hangs on an unreachable broker or
     database (a batch retried until the database answers) ends after the grace period.
     """
-    from services.shutdown import Watchdog  # here: only `serve` of this module is stopped
+    from services.shutdown import Watchdog  # only this entrypoint needs it
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

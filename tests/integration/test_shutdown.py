@@ -100,13 +100,13 @@ def up(broker: PrivateBroker) -> PrivateBroker:
 
 
 def component_settings(tmp: Path, **overrides: object) -> Settings:
-    """Fresh topics (created) and a migrated SQLite read-model database on the private broker."""
+    """Fresh topics (created), a migrated SQLite read-model database and the worker's
+    RocksDB tables in ``tmp``, on the private broker."""
     settings = isolated_settings(
         tmp,
         kafka_bootstrap=BOOTSTRAP,
         database_url=f"sqlite:///{tmp / 'read.db'}",
         api_port=free_port(),
-        store="memory",
         **overrides,
     )
     asyncio.run(create_topics(settings))
@@ -279,27 +279,38 @@ def test_with_the_broker_gone_each_component_exits_in_time_with_one_line(
     assert worker.lines_with("exiting without a final offset commit"), worker.log[-3000:]
 
 
+STRAGGLER = """#!{python}
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stop that never ends
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
 def test_make_stop_leaves_nothing_behind_and_spares_pids_that_are_not_ours(
     up: PrivateBroker, tmp_path: Path
 ) -> None:
-    # A worker that would take 30 s to give up: stop.sh must SIGKILL it after 12 s.
-    settings = component_settings(tmp_path, shutdown_grace_s=30.0)
-    worker = ServiceProcess(settings, tmp_path)
-    worker.start()
-    projector = Projector(settings, tmp_path)
+    projector = Projector(component_settings(tmp_path), tmp_path)
     projector.start()
-    stranger = subprocess.Popen(["sleep", "120"])  # a recycled pid in a stale pid file
+    # A `sagaline worker` that ignores SIGTERM (stop.sh must SIGKILL it after 12 s), and a
+    # stranger whose pid sits in a stale pid file (stop.sh must leave it alone).
+    fake = tmp_path / "bin" / "sagaline"
+    fake.parent.mkdir()
+    fake.write_text(STRAGGLER.format(python=sys.executable))
+    fake.chmod(0o755)
+    straggler = subprocess.Popen([str(fake), "worker"], stdout=subprocess.PIPE, text=True)
+    stranger = subprocess.Popen(["sleep", "120"])
     try:
+        assert straggler.stdout is not None and straggler.stdout.readline() == "ready\n"
         pid_dir = tmp_path / "pids"
         pid_dir.mkdir()
-        for name, proc in [
-            ("worker", worker.proc),
-            ("projector", projector.proc),
-            ("api", stranger),
+        assert projector.proc is not None
+        for name, pid in [
+            ("worker", straggler.pid),
+            ("projector", projector.proc.pid),
+            ("api", stranger.pid),
         ]:
-            assert proc is not None
-            (pid_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
-        up.stop()
+            (pid_dir / f"{name}.pid").write_text(f"{pid}\n")
         started = time.monotonic()
         done = subprocess.run(
             [str(REPO_ROOT / "deploy/local/stop.sh"), str(pid_dir)],
@@ -308,19 +319,20 @@ def test_make_stop_leaves_nothing_behind_and_spares_pids_that_are_not_ours(
             timeout=60,
         )
         took = time.monotonic() - started
-        assert done.returncode == 0, done.stderr
-        assert worker.proc is not None and projector.proc is not None
-        assert worker.proc.wait(5) == -signal.SIGKILL
-        assert projector.proc.wait(5) in (0, EXIT_UNFINISHED)
-        assert took < 15, took
-        assert "killed worker" in done.stderr, done.stdout + done.stderr
-        assert "projector" not in done.stderr, done.stderr
+        said = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+        assert done.returncode == 0, said
+        assert straggler.wait(5) == -signal.SIGKILL, said
+        assert projector.proc.wait(5) == 0, projector.tail_log()
+        assert 11 < took < 16, f"{took:.1f}s\n{said}"
+        assert done.stderr.splitlines() == [
+            f"killed worker (pid {straggler.pid}) with SIGKILL: still running 12 s after SIGTERM"
+        ], said
         assert stranger.poll() is None, "stop.sh signalled a pid that is not ours"
         assert list(pid_dir.iterdir()) == []
     finally:
-        stranger.kill()
-        stranger.wait()
-        worker.stop()
+        for proc in (straggler, stranger):
+            proc.kill()
+            proc.wait()
         projector.stop()
 
 
@@ -393,6 +405,7 @@ def test_a_rebuild_stopped_midway_exits_in_time_without_its_jvm_or_its_lock(
         time.sleep(1)  # the JVM's own Python workers notice their parent is gone
         left = {p: c for p, c in below.items() if cmdline(p) == c and c}
         assert left == {}, f"left behind: {left}"
+        assert not (tmp_path / "scratch").exists(), "the scratch directory was not emptied"
         engine = create_engine(settings.database_url)
         try:
             with guard.exclusive(engine):  # raises AlreadyRunning if the lock were still held
