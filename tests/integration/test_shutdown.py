@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 from services.readmodels.migrate import upgrade
 from services.settings import Settings
 from services.shutdown import EXIT_UNFINISHED
-from services.topics import create_topics
+from services.topics import TopicMismatch, check_topics, create_topics
 from spark_projections import guard
 from spark_projections.session import REPO_ROOT
 from tests.integration.harness import ServiceProcess, free_port, isolated_settings, settings_env
@@ -110,6 +110,17 @@ def component_settings(tmp: Path, **overrides: object) -> Settings:
         **overrides,
     )
     asyncio.run(create_topics(settings))
+    # A broker that has just started can take a moment to list topics it just created; the
+    # worker checks them at start and would refuse to run.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            asyncio.run(check_topics(settings))
+            break
+        except TopicMismatch:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     upgrade(settings.database_url)
     return settings
 
