@@ -41,10 +41,9 @@ run: install
 	@echo "Worker, projector and API keep running (logs in $(LOGS)/). API docs: http://127.0.0.1:8000/docs"
 	@echo "Stop them with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
 
+# SIGTERM, up to 12 s for a clean stop, then SIGKILL (and a line) for whatever remains.
 stop:
-	@for p in api projector worker; do \
-	  if [ -f $(LOGS)/$$p.pid ]; then kill $$(cat $(LOGS)/$$p.pid) 2>/dev/null || true; rm -f $(LOGS)/$$p.pid; fi; \
-	done
+	@deploy/local/stop.sh $(LOGS)
 
 demo: install
 	$(BIN)/sagaline demo

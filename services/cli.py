@@ -57,11 +57,10 @@ def topics_check() -> None:
 @main.command()
 def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
-    import faust
-
     import sagas.contracts  # noqa: F401
     from services.topics import TopicMismatch, check_topics
     from services.wiring import build_processes
+    from services.worker.bounded import BoundedWorker
     from services.worker.faust_app import create_app
 
     settings = get_settings()
@@ -71,19 +70,21 @@ def worker() -> None:
         raise click.ClickException(f"refusing to start: {exc}") from exc
     app, _ = create_app(settings, build_processes(settings))
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
-    faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+    faust_worker = BoundedWorker(
+        app, grace_s=settings.shutdown_grace_s, loglevel=settings.log_level.lower()
+    )
+    faust_worker.execute_from_commandline()
 
 
 @main.command()
 def api() -> None:
     """Run the REST API (uvicorn)."""
-    import uvicorn
-
     from services.api.app import create_api
+    from services.api.server import serve
 
     settings = get_settings()
     _logging()
-    uvicorn.run(create_api(settings), host=settings.api_host, port=settings.api_port)
+    serve(create_api(settings), settings.api_host, settings.api_port, settings.shutdown_grace_s)
 
 
 @main.command()
@@ -144,16 +145,17 @@ def demo(url: str | None, timeout: float) -> None:
 def rebuild(database_url: str | None, until_now: bool) -> None:
     """Rebuild every read model from the event topic with Spark, then swap it in at once."""
     from spark_projections.guard import AlreadyRunning
-    from spark_projections.job import NotMigrated, run
+    from spark_projections.job import NotMigrated
     from spark_projections.read import TopicMissing
     from spark_projections.session import MissingJars
+    from spark_projections.stopping import run_bounded
 
     _logging()
     settings = get_settings()
     if database_url:
         settings = settings.model_copy(update={"database_url": database_url})
     try:
-        run(settings, until_checkpoints=not until_now)
+        run_bounded(settings, until_checkpoints=not until_now)
     except (AlreadyRunning, MissingJars, NotMigrated, TopicMissing) as exc:
         raise click.ClickException(str(exc)) from exc
 

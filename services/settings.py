@@ -118,6 +118,11 @@ class Settings(BaseSettings):
         "sqlite:///.local/sagaline.db", description="SQLAlchemy URL of the read-model database"
     )
     log_level: str = Field("INFO", description="Log level of every component")
+    shutdown_grace_s: float = Field(
+        8.0,
+        gt=0,
+        description="After SIGTERM/SIGINT, how long the worker, projector, API and rebuild may take to stop cleanly before they exit anyway (code 75, one line saying what was left undone)",
+    )
 
     projector_batch_size: int = Field(
         2000,

@@ -125,3 +125,26 @@ def _common_conf(shuffle_partitions: int) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
     }
+
+
+def stop_jvm(timeout_s: float) -> None:
+    """End the JVM pyspark launched for this process (its gateway), waiting up to
+    ``timeout_s`` for Spark's shutdown hooks before a SIGKILL. ``session.stop()`` leaves
+    that JVM running until Python exits; a process that must end now, or be sure it left no
+    child behind, calls this. Under ``spark-submit`` the JVM is not ours: nothing happens."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        log.warning(
+            "the Spark JVM (pid %d) ignored SIGTERM for %g s; killing it", proc.pid, timeout_s
+        )
+        proc.kill()
+        proc.wait(5)

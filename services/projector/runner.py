@@ -275,13 +275,38 @@ class Projector:
 
 
 async def serve(settings: Settings) -> None:
-    """``sagaline projector``: run until SIGTERM or SIGINT, then finish the current batch."""
+    """``sagaline projector``: run until SIGTERM or SIGINT, then finish the current batch.
+
+    Bounded (see :mod:`services.shutdown`): a stop that hangs on an unreachable broker or
+    database (a batch retried until the database answers) ends after the grace period.
+    """
+    from services.shutdown import Watchdog  # only this entrypoint needs it
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    watchdog = Watchdog(
+        STAGE,
+        settings.shutdown_grace_s,
+        "exiting without finishing the current batch or closing its Kafka clients "
+        "(broker or database unreachable?) — nothing is lost: the next start resumes from "
+        "the offsets stored with the rows",
+    )
+
+    def on_signal(signum: signal.Signals) -> None:
+        watchdog.arm(signum)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal, signum)
     engine = create_read_engine(settings.database_url)
     try:
         await Projector(settings, engine).run(stop)
+    except BaseException as exc:
+        if not stop.is_set():
+            raise
+        # aiokafka's consumer can raise while it closes without a broker (its fetcher
+        # awaits the fetch task it just cancelled): a stop, not a crash to print.
+        engine.dispose()
+        watchdog.fail(exc)
     finally:
         engine.dispose()

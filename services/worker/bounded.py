@@ -1,0 +1,34 @@
+"""The Faust worker with a bounded shutdown (see :mod:`services.shutdown`).
+
+mode's ``Worker`` installs its own SIGTERM/SIGINT handlers on the event loop and stops the
+app from there; with the broker gone that stop can wait forever (aiokafka's fetcher never
+closes). The handlers below arm the watchdog first, then do what mode does.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import faust
+
+from services.shutdown import Watchdog
+
+UNDONE = (
+    "exiting without a final offset commit (broker unreachable?) — nothing is lost: "
+    "processing resumes from the stored positions"
+)
+
+
+class BoundedWorker(faust.Worker):
+    def __init__(self, app: faust.App, *, grace_s: float, **kwargs: Any) -> None:
+        self.watchdog = Watchdog("worker", grace_s, UNDONE)
+        super().__init__(app, **kwargs)
+
+    def _on_sigterm(self) -> None:
+        self.watchdog.arm(signal.SIGTERM)
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self.watchdog.arm(signal.SIGINT)
+        super()._on_sigint()
