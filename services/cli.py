@@ -33,10 +33,13 @@ def topics() -> None:
 @topics.command("create")
 def topics_create() -> None:
     """Create every declared topic that does not exist yet (explicit partitions and retention)."""
-    from services.topics import create_topics, declared_topics
+    from services.topics import TopicMismatch, create_topics, declared_topics
 
     settings = get_settings()
-    created = asyncio.run(create_topics(settings))
+    try:
+        created = asyncio.run(create_topics(settings))
+    except TopicMismatch as exc:
+        raise click.ClickException(str(exc)) from exc
     for spec in declared_topics(settings):
         mark = "created" if spec.name in created else "exists "
         click.echo(f"{mark} {spec.name} partitions={spec.partitions} {spec.config}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -66,14 +67,15 @@ class TopicMismatch(RuntimeError):
 
 
 async def create_topics(settings: Settings) -> list[str]:
-    """Create every declared topic that does not exist yet; returns the names created."""
+    """Create every declared topic that does not exist yet; returns the names created.
+    Raises :class:`TopicMismatch` naming each topic the broker refused to create."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [s for s in declared_topics(settings) if s.name not in existing]
         if missing:
-            await admin.create_topics(
+            response = await admin.create_topics(
                 [
                     NewTopic(
                         s.name, s.partitions, settings.replication_factor, topic_configs=s.config
@@ -81,13 +83,41 @@ async def create_topics(settings: Settings) -> list[str]:
                     for s in missing
                 ]
             )
+            _raise_refusals(response.topic_errors)
         return [s.name for s in missing]
     finally:
         await admin.close()
 
 
-async def check_topics(settings: Settings) -> None:
-    """Raise :class:`TopicMismatch` naming every topic that is missing or mis-partitioned."""
+TOPIC_ALREADY_EXISTS = 36
+
+
+def _raise_refusals(topic_errors: list[tuple[Any, ...]]) -> None:
+    refused = [
+        f"{topic}: {message or f'error code {code}'}"
+        for topic, code, message, *_ in topic_errors
+        if code not in (0, TOPIC_ALREADY_EXISTS)  # another process may have just made it
+    ]
+    if refused:
+        raise TopicMismatch("the broker refused to create " + "; ".join(refused))
+
+
+async def check_topics(settings: Settings, wait_s: float = 10.0) -> None:
+    """Raise :class:`TopicMismatch` naming every topic that is missing or mis-partitioned.
+
+    A broker started a moment ago may not list topics it just created yet: a missing topic
+    is asked about again for up to ``wait_s`` before it counts as missing."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        problems, missing_only = await _topic_problems(settings)
+        if not problems:
+            return
+        if not missing_only or asyncio.get_running_loop().time() >= deadline:
+            raise TopicMismatch("; ".join(problems))
+        await asyncio.sleep(0.5)
+
+
+async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
@@ -97,17 +127,18 @@ async def check_topics(settings: Settings) -> None:
         await admin.close()
     found = {d["topic"]: len(d["partitions"]) for d in described if not d.get("error_code")}
     problems = []
+    missing_only = True
     for spec in specs:
         actual = found.get(spec.name)
         if actual is None:
             problems.append(f"{spec.name}: missing (run `sagaline topics create`)")
         elif actual != spec.partitions:
+            missing_only = False
             problems.append(
                 f"{spec.name}: {actual} partitions, declared {spec.partitions}; keyed state "
                 "would move to other partitions, so the worker will not start"
             )
-    if problems:
-        raise TopicMismatch("; ".join(problems))
+    return problems, missing_only
 
 
 async def topic_partitions(
