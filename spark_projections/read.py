@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 from pyspark.sql import DataFrame, SparkSession
 
 from services.topics import topic_partitions
@@ -41,11 +42,19 @@ class TopicMissing(RuntimeError):
     """The events topic does not exist (or has no partitions)."""
 
 
+class BrokerUnreachable(RuntimeError):
+    """The rebuild could not ask the broker for the topic's offsets."""
+
+
 async def fix_offsets(bootstrap: str, topic: str, until: dict[int, int] | None = None) -> Offsets:
     """Earliest and end offsets of every partition; ``until`` caps the ends (for example at
     the projector's checkpoints)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        await consumer.stop()
+        raise BrokerUnreachable(f"cannot reach the Kafka broker at {bootstrap}: {exc}") from exc
     try:
         tps = await topic_partitions(consumer, topic)
         if not tps:
