@@ -106,6 +106,11 @@ class Settings(BaseSettings):
         "sqlite:///.local/sagaline.db", description="SQLAlchemy URL of the read-model database"
     )
     log_level: str = Field("INFO", description="Log level of every component")
+    api_max_body_bytes: int = Field(
+        65536,
+        ge=1,
+        description="Largest request body the REST API reads; a longer one (by Content-Length or counted while it streams) is answered 413 before it is parsed",
+    )
 
     projector_batch_size: int = Field(
         2000,

@@ -9,11 +9,13 @@ from pydantic import BaseModel
 
 from sagas.contracts.orders import CancelOrder, PlaceOrder
 from sagas.ids import external_command_id
+from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
+from services.api.errors import documented
 from services.topics import ORDER_SAGA
 
-router = APIRouter(prefix="/orders", tags=["orders"])
+router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
 
 
 class OrderAccepted(Accepted):
@@ -40,7 +42,7 @@ IdempotencyKey = Annotated[
 ]
 
 
-@router.post("", status_code=202, response_model=OrderAccepted)
+@router.post("", status_code=202, response_model=OrderAccepted, responses=documented(400, 415, 503))
 async def place_order(
     order: PlaceOrder, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> OrderAccepted:
@@ -50,7 +52,12 @@ async def place_order(
     return OrderAccepted(order_id=order_id, consistency_token=message_id)
 
 
-@router.post("/{order_id}/cancel", status_code=202, response_model=CancelAccepted)
+@router.post(
+    "/{order_id}/cancel",
+    status_code=202,
+    response_model=CancelAccepted,
+    responses=documented(400, 404, 415, 503, s404="No route matches (an order id with a '/')"),
+)
 async def cancel_order(
     order_id: str,
     bus: BusDep,

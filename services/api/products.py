@@ -7,11 +7,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Path
 
 from sagas.contracts.ledger import SetCapacity
+from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch
 from services.api.deps import BusDep
+from services.api.errors import documented
 from services.topics import INVENTORY
 
-router = APIRouter(prefix="/products", tags=["products"])
+router = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
 
 ProductId = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")]
 
@@ -22,7 +24,12 @@ class StockAccepted(Accepted):
     status: Literal["ACCEPTED"] = "ACCEPTED"
 
 
-@router.put("/{product_id}/stock", status_code=202, response_model=StockAccepted)
+@router.put(
+    "/{product_id}/stock",
+    status_code=202,
+    response_model=StockAccepted,
+    responses=documented(400, 404, 415, 503, s404="No route matches (a product id with a '/')"),
+)
 async def set_stock(
     product_id: ProductId,
     stock: SetCapacity,

@@ -17,14 +17,15 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from sagas.projections.rows import TimelineRow
+from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
+from services.api.errors import documented
 from services.projector.offsets import EndOffsets
 from services.projector.status import projection_status
 from services.readmodels import queries
 from services.readmodels.freshness import ReadWatch
 from services.readmodels.public import (
     CustomerOrders,
-    ErrorBody,
     OrderPublic,
     ProjectionStatus,
     StockPublic,
@@ -167,21 +168,18 @@ def _missing(what: str) -> HTTPException:
     )
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "Unknown id"},
-    503: {"model": ErrorBody, "description": "The read-model database is unavailable"},
-    504: {"model": ErrorBody, "description": "The projector has not applied your write in time"},
-}
+DB_DOWN = "The read-model database is unavailable"
+ERRORS = documented(404, 503, 504, s503=DB_DOWN)
 Id = Annotated[str, Path(min_length=1, max_length=200)]
 
 
 # --- routers ---------------------------------------------------------------------------
 
-orders = APIRouter(prefix="/orders", tags=["orders"])
-customers = APIRouter(prefix="/customers", tags=["customers"])
-products = APIRouter(prefix="/products", tags=["products"])
-sagas = APIRouter(prefix="/sagas", tags=["sagas"])
-projections = APIRouter(prefix="/projections", tags=["projections"])
+orders = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
+customers = APIRouter(prefix="/customers", tags=["customers"], route_class=StrictJsonRoute)
+products = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
+sagas = APIRouter(prefix="/sagas", tags=["sagas"], route_class=StrictJsonRoute)
+projections = APIRouter(prefix="/projections", tags=["projections"], route_class=StrictJsonRoute)
 ROUTERS = (orders, customers, products, sagas, projections)
 
 
@@ -243,7 +241,9 @@ def _timeline_and_order(
     return queries.saga_timeline(conn, saga_id), None if order is None else OrderPublic.of(order)
 
 
-@projections.get("/status", response_model=ProjectionStatus, responses={503: ERRORS[503]})
+@projections.get(
+    "/status", response_model=ProjectionStatus, responses=documented(503, s503=DB_DOWN)
+)
 async def get_status(
     engine: EngineDep, end_offsets: EndOffsetsDep, settings: SettingsDep
 ) -> ProjectionStatus:
