@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from pydantic import BaseModel
@@ -68,7 +68,29 @@ def create_api(
         """Liveness: the process answers. Kafka problems show as 503 on the commands."""
         return Health()
 
+    app.openapi = lambda: _openapi_without_null_parameters(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_without_null_parameters(app: FastAPI) -> dict[str, Any]:
+    """FastAPI documents an optional parameter (``str | None = None``) as "a string or null";
+    a query string or a header has no null (a client would send the text "null"). Optional
+    is said by ``required: false``."""
+    if app.openapi_schema is None:
+        document = FastAPI.openapi(app)
+        for operations in document["paths"].values():
+            for operation in operations.values():
+                for parameter in operation.get("parameters", ()):
+                    schema = parameter.get("schema", {})
+                    options = schema.get("anyOf")
+                    if options and {"type": "null"} in options:
+                        kept = [o for o in options if o != {"type": "null"}]
+                        del schema["anyOf"]
+                        if len(kept) == 1:
+                            schema.update(kept[0])
+                        else:
+                            schema["anyOf"] = kept
+    return app.openapi_schema  # type: ignore[return-value]
 
 
 async def _open_read_side(

@@ -114,13 +114,33 @@ def parse_json(body: bytes) -> Any:
     if depth > MAX_DEPTH:
         raise NotJson(f"it nests arrays and objects {depth} deep, more than {MAX_DEPTH}")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise NotJson(f"{exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     except ValueError as exc:  # an integer with more digits than Python converts
         raise NotJson(clip(str(exc))) from exc
     except RecursionError as exc:  # _nesting bounds the depth; this is a backstop
         raise NotJson("it nests too deep") from exc
+    _no_lone_surrogates(value)
+    return value
+
+
+def _no_lone_surrogates(value: Any) -> None:
+    """``"\\ud800"`` is valid JSON but no character: it could not be written to Kafka as
+    UTF-8 (RFC 7493, I-JSON, forbids it). The recursion is bounded by MAX_DEPTH."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_lone_surrogates(key)
+            _no_lone_surrogates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _no_lone_surrogates(item)
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(value[exc.start])
+            raise NotJson(f"a string holds \\u{code:04x}: a lone surrogate, no character") from exc
 
 
 def _nesting(text: str) -> int:

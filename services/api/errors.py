@@ -8,6 +8,7 @@ Nothing the client sent is echoed back beyond a short, truncated excerpt.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -47,16 +48,25 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: a field name the client sent with a lone
+    surrogate (valid in a JSON string, not in UTF-8) cannot break the answer."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error_response(
     status: int, message: str, *, headers: dict[str, str] | None = None, detail: Any = None
 ) -> JSONResponse:
     body = ErrorBody(message=message, detail=detail)
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+    return AsciiJSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)
 
 
 # --- 422 (and the 400/415 FastAPI reports as validation errors) -------------------------
@@ -144,6 +154,14 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """A bug: the traceback goes to the log, the client gets the one body shape (Starlette
+    re-raises the exception after this, so the server logs it too)."""
+    return error_response(
+        500, f"the API failed on {request.method} {clip(request.url.path, 100)}; it is logged"
+    )
 
 
 # --- what the OpenAPI document says about them -----------------------------------------
