@@ -120,6 +120,29 @@ def test_every_operation_keeps_the_openapi_contract(case: Any, api_url: str) -> 
     case.call_and_validate(base_url=api_url, params=params, headers=headers)
 
 
+def test_sequences_of_calls_keep_the_contract(api_url: str) -> None:
+    """The stateful phase: chains along the links schemathesis infers (the ``order_id`` of a
+    202 into GET /orders/{order_id} and its cancel). No projector runs here, so the orders
+    are 404s: the chains check the API's answers, not the saga."""
+
+    class Chains(SCHEMA.as_state_machine()):  # type: ignore[misc]
+        def before_call(self, case: Any) -> None:
+            _one_line_per_product(case)
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            params, headers = _short_waits(case)
+            return {"base_url": api_url, "params": params, "headers": headers}
+
+    Chains.TestCase.settings = settings(
+        max_examples=25,
+        stateful_step_count=6,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    Chains.TestCase().runTest()
+
+
 def _short_waits(case: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """Query and header overrides: a token the API would accept becomes APPLIED_TOKEN (a
     token no command ever had waits its whole ``wait``, then is a 504: tested on its own
