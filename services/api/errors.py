@@ -21,6 +21,9 @@ from starlette.routing import Match
 
 log = logging.getLogger(__name__)
 
+NO_NUL_PATTERN = r"^[^\u0000]*$"
+"""Free text without NUL: PostgreSQL text cannot hold it, so the projector could not store
+an order (or a timeline step) that had one. (services.api.requests.TEXT)"""
 MAX_PROBLEMS = 20
 """A body with a thousand wrong fields gets the first few named, not a megabyte of errors."""
 MAX_TEXT = 200
@@ -105,9 +108,10 @@ def _body_is_not_json(request: Request, errors: list[Any]) -> bool:
 def _problem(error: Any) -> Problem:
     """Without ``input`` (may be huge) and ``ctx`` (may hold Decimals, exceptions...)."""
     loc = [p if isinstance(p, int) else clip(str(p), 60) for p in error.get("loc", ())]
-    return Problem(
-        loc=loc, msg=clip(str(error.get("msg", "invalid"))), type=str(error.get("type", ""))
-    )
+    msg = str(error.get("msg", "invalid"))
+    if (error.get("ctx") or {}).get("pattern") == NO_NUL_PATTERN:
+        msg = "Text must not contain the NUL character (\\u0000)"
+    return Problem(loc=loc, msg=clip(msg), type=str(error.get("type", "")))
 
 
 def _where(loc: list[str | int]) -> str:

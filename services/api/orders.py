@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Path
 from pydantic import BaseModel, Field
 
 from sagas.contracts.orders import CancelOrder
@@ -13,7 +13,7 @@ from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.errors import documented
-from services.api.requests import OrderRequest
+from services.api.requests import TEXT, OrderRequest
 from services.topics import ORDER_SAGA
 
 router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
@@ -30,7 +30,7 @@ class CancelAccepted(Accepted):
 
 
 class CancelRequest(BaseModel):
-    reason: str = Field("cancelled by customer", max_length=1000)
+    reason: str = Field("cancelled by customer", max_length=1000, pattern=TEXT)
 
 
 IdempotencyKey = Annotated[
@@ -61,7 +61,7 @@ async def place_order(
     responses=documented(400, 404, 415, 503, s404="No route matches (an order id with a '/')"),
 )
 async def cancel_order(
-    order_id: str,
+    order_id: Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT)],
     bus: BusDep,
     body: CancelRequest | None = None,
     idempotency_key: IdempotencyKey = None,

@@ -20,6 +20,7 @@ from sagas.projections.rows import TimelineRow
 from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
 from services.api.errors import documented
+from services.api.requests import TEXT
 from services.projector.offsets import EndOffsets
 from services.projector.status import projection_status
 from services.readmodels import queries
@@ -209,7 +210,7 @@ def _missing(what: str) -> HTTPException:
 
 DB_DOWN = "The read-model database is unavailable"
 ERRORS = documented(404, 503, 504, s503=DB_DOWN)
-Id = Annotated[str, Path(min_length=1, max_length=200)]
+Id = Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT)]
 
 
 # --- routers ---------------------------------------------------------------------------

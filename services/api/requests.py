@@ -16,11 +16,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from sagas.contracts.ledger import SetCapacity
 from sagas.contracts.orders import OrderLine, PaymentDetails, PlaceOrder
+from services.api.errors import NO_NUL_PATTERN
 
 MAX_PRICE = Decimal("9999999999.99")
 """``OrderLine.unit_price`` has at most 12 digits, 2 of them after the point."""
 CENT = Decimal("0.01")
 PRICE_PATTERN = r"^[0-9]{1,10}(\.[0-9]{1,2})?$"
+TEXT = NO_NUL_PATTERN
 
 
 def _price(value: Any) -> Decimal:
@@ -78,13 +80,18 @@ class LineRequest(BaseModel):
     unit_price: Price
 
 
+class PaymentRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    method: str = Field(min_length=1, max_length=50, pattern=TEXT)
+
+
 class OrderRequest(BaseModel):
     """The body of POST /orders: one line per product (merge the quantities of a product)."""
 
     model_config = ConfigDict(extra="forbid")
-    customer_id: str = Field(min_length=1, max_length=100)
+    customer_id: str = Field(min_length=1, max_length=100, pattern=TEXT)
     lines: list[LineRequest] = Field(min_length=1, max_length=100)
-    payment: PaymentDetails
+    payment: PaymentRequest
 
     @field_validator("lines")
     @classmethod
@@ -99,7 +106,7 @@ class OrderRequest(BaseModel):
         return PlaceOrder(
             customer_id=self.customer_id,
             lines=tuple(OrderLine(**line.model_dump()) for line in self.lines),
-            payment=self.payment,
+            payment=PaymentDetails(method=self.payment.method),
         )
 
 

@@ -393,6 +393,11 @@ def test_a_token_nobody_applied_is_a_504_sentence_after_the_wait(api_url: str) -
         assert_sentence(applied, 404, "saga 's' not found")
 
 
+def test_an_id_with_a_nul_is_a_422_not_a_database_error(api_url: str) -> None:
+    for path in ("/orders/a%00b", "/sagas/a%00b", "/customers/a%00b/orders"):
+        assert_sentence(httpx.get(f"{api_url}{path}", timeout=10), 422, "NUL character")
+
+
 def test_an_unknown_route_is_a_404_sentence(api_url: str) -> None:
     response = httpx.get(f"{api_url}/nowhere", timeout=10)
     assert_sentence(response, 404, "no route matches GET /nowhere")

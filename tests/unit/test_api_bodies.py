@@ -202,3 +202,17 @@ async def test_unknown_routes_and_wrong_methods_answer_in_the_one_shape(
     assert wrong.json()["message"] == (
         "PATCH is not allowed on /products/p/stock; this resource allows GET, PUT"
     )
+
+
+async def test_text_with_a_nul_is_a_422_before_it_can_reach_postgresql(
+    http: httpx.AsyncClient,
+) -> None:
+    line = {"product_id": "p", "quantity": 1, "unit_price": "1.00"}
+    body = {"customer_id": "a\u0000b", "lines": [line], "payment": {"method": "card\u0000"}}
+    response = await http.post("/orders", json=body)
+    assert response.status_code == 422
+    assert {tuple(p["loc"]) for p in response.json()["detail"]} == {
+        ("body", "customer_id"),
+        ("body", "payment", "method"),
+    }
+    assert (await http.post("/orders/a%00b/cancel")).status_code == 422
