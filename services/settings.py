@@ -123,6 +123,11 @@ class Settings(BaseSettings):
         gt=0,
         description="After SIGTERM/SIGINT, how long the worker, projector, API and rebuild may take to stop cleanly before they exit anyway (code 75, one line saying what was left undone)",
     )
+    api_max_body_bytes: int = Field(
+        65536,
+        ge=1,
+        description="Largest request body the REST API reads; a longer one (by Content-Length or counted while it streams) is answered 413 before it is parsed",
+    )
 
     projector_batch_size: int = Field(
         2000,

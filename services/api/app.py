@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
 import sagas.contracts  # noqa: F401  (registers every contract)
 from services.api import orders, products, queries
+from services.api.body import BodyLimit, StrictJsonRoute
+from services.api.errors import documented, install_error_handlers
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
 from services.readmodels.engine import create_read_engine
@@ -52,22 +52,45 @@ def create_api(
         version="0.1.0",
         lifespan=lifespan,
     )
+    app.router.route_class = StrictJsonRoute
     app.state.settings = settings
     app.state.bus = bus
-    app.add_exception_handler(RequestValidationError, _readable_422)  # type: ignore[arg-type]
-    # Every route documents the 422 body this app really sends (see _readable_422).
-    invalid = {422: {"model": ValidationProblem, "description": "The request is invalid"}}
-    app.include_router(orders.router, responses=invalid)  # type: ignore[arg-type]
-    app.include_router(products.router, responses=invalid)  # type: ignore[arg-type]
-    for router in queries.ROUTERS:
-        app.include_router(router, responses=invalid)  # type: ignore[arg-type]
+    install_error_handlers(app)
+    # Outermost but for Starlette's 500 handler: refuses a long body before anything reads it.
+    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    # Every route can answer these; the routes document the rest (services.api.errors).
+    every_route = documented(413, 422)
+    for router in (orders.router, products.router, *queries.ROUTERS):
+        app.include_router(router, responses=every_route)
 
-    @app.get("/healthz", tags=["health"], response_model=Health)
+    @app.get("/healthz", tags=["health"], response_model=Health, responses=documented(413))
     async def healthz() -> Health:
         """Liveness: the process answers. Kafka problems show as 503 on the commands."""
         return Health()
 
+    app.openapi = lambda: _openapi_without_null_parameters(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_without_null_parameters(app: FastAPI) -> dict[str, Any]:
+    """FastAPI documents an optional parameter (``str | None = None``) as "a string or null";
+    a query string or a header has no null (a client would send the text "null"). Optional
+    is said by ``required: false``."""
+    if app.openapi_schema is None:
+        document = FastAPI.openapi(app)
+        for operations in document["paths"].values():
+            for operation in operations.values():
+                for parameter in operation.get("parameters", ()):
+                    schema = parameter.get("schema", {})
+                    options = schema.get("anyOf")
+                    if options and {"type": "null"} in options:
+                        kept = [o for o in options if o != {"type": "null"}]
+                        del schema["anyOf"]
+                        if len(kept) == 1:
+                            schema.update(kept[0])
+                        else:
+                            schema["anyOf"] = kept
+    return app.openapi_schema  # type: ignore[return-value]
 
 
 async def _open_read_side(
@@ -85,22 +108,3 @@ async def _open_read_side(
     stack.push_async_callback(app.state.watch.stop)
     app.state.end_offsets = EndOffsets(settings.kafka_bootstrap)
     stack.push_async_callback(app.state.end_offsets.close)
-
-
-class ValidationProblem(BaseModel):
-    message: str
-    """One sentence naming every wrong field."""
-    detail: list[dict[str, Any]]
-    """FastAPI's structured errors (location, message, type)."""
-
-
-async def _readable_422(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """422 with one sentence a person can act on, plus FastAPI's usual details."""
-    problems = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"] if p != "body") or "body"
-        problems.append(f"{where}: {err['msg']}")
-    return JSONResponse(
-        status_code=422,
-        content={"message": "invalid request: " + "; ".join(problems), "detail": exc.errors()},
-    )

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header
-from pydantic import BaseModel
+from fastapi import APIRouter, Header, Path
+from pydantic import BaseModel, Field
 
-from sagas.contracts.orders import CancelOrder, PlaceOrder
+from sagas.contracts.orders import CancelOrder
 from sagas.ids import external_command_id
+from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
+from services.api.errors import documented
+from services.api.requests import TEXT, OrderRequest
 from services.topics import ORDER_SAGA
 
-router = APIRouter(prefix="/orders", tags=["orders"])
+router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
 
 
 class OrderAccepted(Accepted):
@@ -27,7 +30,7 @@ class CancelAccepted(Accepted):
 
 
 class CancelRequest(BaseModel):
-    reason: str = "cancelled by customer"
+    reason: str = Field("cancelled by customer", max_length=1000, pattern=TEXT)
 
 
 IdempotencyKey = Annotated[
@@ -40,19 +43,25 @@ IdempotencyKey = Annotated[
 ]
 
 
-@router.post("", status_code=202, response_model=OrderAccepted)
+@router.post("", status_code=202, response_model=OrderAccepted, responses=documented(400, 415, 503))
 async def place_order(
-    order: PlaceOrder, bus: BusDep, idempotency_key: IdempotencyKey = None
+    order: OrderRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> OrderAccepted:
     order_id = new_entity_id(f"order/{order.customer_id}", idempotency_key)
     message_id = external_command_id(order_id, "place")
-    await dispatch(bus, ORDER_SAGA, order, key=order_id, saga_id=order_id, message_id=message_id)
+    command = order.command()
+    await dispatch(bus, ORDER_SAGA, command, key=order_id, saga_id=order_id, message_id=message_id)
     return OrderAccepted(order_id=order_id, consistency_token=message_id)
 
 
-@router.post("/{order_id}/cancel", status_code=202, response_model=CancelAccepted)
+@router.post(
+    "/{order_id}/cancel",
+    status_code=202,
+    response_model=CancelAccepted,
+    responses=documented(400, 404, 415, 503, s404="No route matches (an order id with a '/')"),
+)
 async def cancel_order(
-    order_id: str,
+    order_id: Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT)],
     bus: BusDep,
     body: CancelRequest | None = None,
     idempotency_key: IdempotencyKey = None,

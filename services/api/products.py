@@ -6,12 +6,14 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Path
 
-from sagas.contracts.ledger import SetCapacity
+from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch
 from services.api.deps import BusDep
+from services.api.errors import documented
+from services.api.requests import StockRequest
 from services.topics import INVENTORY
 
-router = APIRouter(prefix="/products", tags=["products"])
+router = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
 
 ProductId = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")]
 
@@ -22,13 +24,18 @@ class StockAccepted(Accepted):
     status: Literal["ACCEPTED"] = "ACCEPTED"
 
 
-@router.put("/{product_id}/stock", status_code=202, response_model=StockAccepted)
+@router.put(
+    "/{product_id}/stock",
+    status_code=202,
+    response_model=StockAccepted,
+    responses=documented(400, 404, 415, 503, s404="No route matches (a product id with a '/')"),
+)
 async def set_stock(
     product_id: ProductId,
-    stock: SetCapacity,
+    stock: StockRequest,
     bus: BusDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
 ) -> StockAccepted:
     message_id = command_id(f"stock/{product_id}", idempotency_key)
-    await dispatch(bus, INVENTORY, stock, key=product_id, message_id=message_id)
+    await dispatch(bus, INVENTORY, stock.command(), key=product_id, message_id=message_id)
     return StockAccepted(product_id=product_id, on_hand=stock.on_hand, consistency_token=message_id)

@@ -17,14 +17,16 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from sagas.projections.rows import TimelineRow
+from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
+from services.api.errors import documented
+from services.api.requests import TEXT
 from services.projector.offsets import EndOffsets
 from services.projector.status import projection_status
 from services.readmodels import queries
 from services.readmodels.freshness import ReadWatch
 from services.readmodels.public import (
     CustomerOrders,
-    ErrorBody,
     OrderPublic,
     ProjectionStatus,
     StockPublic,
@@ -38,6 +40,8 @@ T = TypeVar("T")
 DEFAULT_WAIT_S = 5.0
 MAX_WAIT_S = 30.0
 TOKEN_PATTERN = r"^cmd-[0-9a-f]{32}$"
+TOKEN_LENGTH = 36
+"""Said as well as the pattern: a generator reading ``$`` as Python does would add a "\n"."""
 
 
 # --- dependencies ----------------------------------------------------------------------
@@ -73,7 +77,7 @@ EndOffsetsDep = Annotated[EndOffsets, Depends(get_end_offsets)]
 
 @dataclass(frozen=True)
 class ReadAfter:
-    """Passed the read-your-writes check (the caller's token, if any, is applied).
+    """The read-your-writes check of one GET: the caller's token, if any, and its budget.
 
     ``deadline`` ends the caller's ``wait`` budget (event-loop time), which a route may
     spend on waiting for more (a final status); ``wait_given`` says the caller set one.
@@ -81,9 +85,35 @@ class ReadAfter:
 
     deadline: float
     wait_given: bool
+    token: str | None
+    budget: float
+    watch: ReadWatch
+    engine: Engine
+    events_topic: str
+    end_offsets: EndOffsets
 
     def remaining(self) -> float:
         return max(self.deadline - asyncio.get_running_loop().time(), 0.0)
+
+    async def applied(self) -> None:
+        """Return once the caller's command is applied; 504 after the budget.
+
+        Every route awaits this first, in its body: FastAPI runs a dependency before it
+        validates the route's own parameters, so a waiting dependency would hold a request
+        with an invalid id for the whole wait and answer 504 instead of 422.
+        """
+        if self.token is None or await self.watch.receipt(self.token, self.budget):
+            return
+        # The watch only learns at its next poll: with ``wait=0`` (or a receipt that came
+        # at the deadline) ask the database once before answering 504.
+        if await _read(self.engine, _applied, self.token):
+            return
+        lag = await _lag(self.engine, self.events_topic, self.end_offsets)
+        raise HTTPException(
+            504,
+            f"the projector has not caught up with your write (consistency token {self.token}) "
+            f"within {self.budget:g} s; current lag: {lag}. Retry later.",
+        )
 
 
 async def read_after(
@@ -95,12 +125,19 @@ async def read_after(
         str | None,
         Query(
             pattern=TOKEN_PATTERN,
+            min_length=TOKEN_LENGTH,
+            max_length=TOKEN_LENGTH,
             description="A token from a 202 body: answer only once that command is applied",
         ),
     ] = None,
     x_consistency_token: Annotated[
         str | None,
-        Header(pattern=TOKEN_PATTERN, description="The same as ?consistency_token="),
+        Header(
+            pattern=TOKEN_PATTERN,
+            min_length=TOKEN_LENGTH,
+            max_length=TOKEN_LENGTH,
+            description="The same as ?consistency_token=",
+        ),
     ] = None,
     wait: Annotated[
         float | None,
@@ -113,16 +150,20 @@ async def read_after(
     ] = None,
 ) -> ReadAfter:
     budget = DEFAULT_WAIT_S if wait is None else wait
-    deadline = asyncio.get_running_loop().time() + budget
-    token = consistency_token or x_consistency_token
-    if token is not None and not await watch.receipt(token, budget):
-        lag = await _lag(engine, settings.topic(EVENTS), end_offsets)
-        raise HTTPException(
-            504,
-            f"the projector has not caught up with your write (consistency token {token}) "
-            f"within {budget:g} s; current lag: {lag}. Retry later.",
-        )
-    return ReadAfter(deadline, wait is not None)
+    return ReadAfter(
+        deadline=asyncio.get_running_loop().time() + budget,
+        wait_given=wait is not None,
+        token=consistency_token or x_consistency_token,
+        budget=budget,
+        watch=watch,
+        engine=engine,
+        events_topic=settings.topic(EVENTS),
+        end_offsets=end_offsets,
+    )
+
+
+def _applied(conn: Connection, token: str) -> bool:
+    return token in queries.receipts_among(conn, frozenset({token}))
 
 
 async def _lag(engine: Engine, topic: str, end_offsets: EndOffsets) -> str:
@@ -167,21 +208,18 @@ def _missing(what: str) -> HTTPException:
     )
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "Unknown id"},
-    503: {"model": ErrorBody, "description": "The read-model database is unavailable"},
-    504: {"model": ErrorBody, "description": "The projector has not applied your write in time"},
-}
-Id = Annotated[str, Path(min_length=1, max_length=200)]
+DB_DOWN = "The read-model database is unavailable"
+ERRORS = documented(404, 503, 504, s503=DB_DOWN)
+Id = Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT)]
 
 
 # --- routers ---------------------------------------------------------------------------
 
-orders = APIRouter(prefix="/orders", tags=["orders"])
-customers = APIRouter(prefix="/customers", tags=["customers"])
-products = APIRouter(prefix="/products", tags=["products"])
-sagas = APIRouter(prefix="/sagas", tags=["sagas"])
-projections = APIRouter(prefix="/projections", tags=["projections"])
+orders = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
+customers = APIRouter(prefix="/customers", tags=["customers"], route_class=StrictJsonRoute)
+products = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
+sagas = APIRouter(prefix="/sagas", tags=["sagas"], route_class=StrictJsonRoute)
+projections = APIRouter(prefix="/projections", tags=["projections"], route_class=StrictJsonRoute)
 ROUTERS = (orders, customers, products, sagas, projections)
 
 
@@ -190,6 +228,7 @@ async def get_order(
     order_id: Id, engine: EngineDep, watch: WatchDep, after: ReadAfterDep
 ) -> OrderPublic:
     """An order as projected; with ``?wait=`` it first waits for a final status."""
+    await after.applied()
     if after.wait_given:
         await watch.final(order_id, after.remaining())
     row = await _read(engine, queries.get_order, order_id)
@@ -202,10 +241,11 @@ async def get_order(
 async def customer_orders(
     customer_id: Id,
     engine: EngineDep,
-    _after: ReadAfterDep,
+    after: ReadAfterDep,
     limit: Annotated[int, Query(ge=1, le=100, description="How many orders")] = 30,
 ) -> CustomerOrders:
     """A customer's most recent orders, newest first."""
+    await after.applied()
     rows = await _read(engine, queries.customer_orders, customer_id, limit)
     if not rows:
         raise _missing(f"orders of customer {customer_id!r}")
@@ -213,8 +253,9 @@ async def customer_orders(
 
 
 @products.get("/{product_id}/stock", response_model=StockPublic, responses=ERRORS)
-async def get_stock(product_id: Id, engine: EngineDep, _after: ReadAfterDep) -> StockPublic:
+async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> StockPublic:
     """A product's stock: on hand, reserved, available."""
+    await after.applied()
     row = await _read(engine, queries.get_stock, product_id)
     if row is None:
         raise _missing(f"stock of product {product_id!r}")
@@ -222,8 +263,9 @@ async def get_stock(product_id: Id, engine: EngineDep, _after: ReadAfterDep) -> 
 
 
 @sagas.get("/{saga_id}", response_model=TimelinePublic, responses=ERRORS)
-async def get_timeline(saga_id: Id, engine: EngineDep, _after: ReadAfterDep) -> TimelinePublic:
+async def get_timeline(saga_id: Id, engine: EngineDep, after: ReadAfterDep) -> TimelinePublic:
     """Every step of a saga, oldest first, and how it ended: why a saga ended as it did."""
+    await after.applied()
     steps, order = await _read(engine, _timeline_and_order, saga_id)
     if not steps:
         raise _missing(f"saga {saga_id!r}")
@@ -243,7 +285,9 @@ def _timeline_and_order(
     return queries.saga_timeline(conn, saga_id), None if order is None else OrderPublic.of(order)
 
 
-@projections.get("/status", response_model=ProjectionStatus, responses={503: ERRORS[503]})
+@projections.get(
+    "/status", response_model=ProjectionStatus, responses=documented(503, s503=DB_DOWN)
+)
 async def get_status(
     engine: EngineDep, end_offsets: EndOffsetsDep, settings: SettingsDep
 ) -> ProjectionStatus:

@@ -11,10 +11,6 @@ from sagas.contracts.orders import FINAL_STATUSES, OrderLine
 from sagas.projections.rows import OrderRow, StockRow, TimelineRow
 
 
-class ErrorBody(BaseModel):
-    detail: str = Field(description="What went wrong, in a sentence a person can act on")
-
-
 class OrderPublic(BaseModel):
     order_id: str
     customer_id: str

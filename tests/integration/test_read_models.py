@@ -237,7 +237,7 @@ async def test_unknown_ids_answer_404_with_a_clear_body(side: ReadSide) -> None:
     ]:
         response = await side.http.get(path)
         assert response.status_code == 404, path
-        assert response.json()["detail"].startswith(what)
+        assert response.json()["message"].startswith(what)
 
 
 async def test_a_token_the_projector_has_not_applied_is_a_504_naming_the_lag(
@@ -246,8 +246,8 @@ async def test_a_token_the_projector_has_not_applied_is_a_504_naming_the_lag(
     never = "cmd-" + "0" * 32
     response = await side.http.get(f"/products/apple/stock?consistency_token={never}&wait=0.2")
     assert response.status_code == 504
-    assert "has not caught up" in response.json()["detail"]
-    assert "current lag: " in response.json()["detail"]
+    assert "has not caught up" in response.json()["message"]
+    assert "current lag: " in response.json()["message"]
     malformed = await side.http.get("/products/apple/stock?consistency_token=whatever")
     assert malformed.status_code == 422
 
@@ -299,7 +299,7 @@ async def test_the_openapi_document_names_every_model(side: ReadSide) -> None:
         "ProjectionStatus",
         "ErrorBody",
         "OrderAccepted",
-        "PlaceOrder",
+        "OrderRequest",
     ]:
         assert name in schemas, name
     assert "consistency_token" in schemas["OrderAccepted"]["properties"]
