@@ -13,7 +13,7 @@ from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.errors import documented
-from services.api.requests import TEXT, OrderRequest
+from services.api.requests import ENTITY_ID, TEXT, OrderRequest
 from services.topics import ORDER_SAGA
 
 router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
@@ -61,7 +61,7 @@ async def place_order(
     responses=documented(400, 404, 415, 503, s404="No route matches (an order id with a '/')"),
 )
 async def cancel_order(
-    order_id: Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT)],
+    order_id: Annotated[str, Path(min_length=1, max_length=200, pattern=ENTITY_ID)],
     bus: BusDep,
     body: CancelRequest | None = None,
     idempotency_key: IdempotencyKey = None,

@@ -10,12 +10,12 @@ from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch
 from services.api.deps import BusDep
 from services.api.errors import documented
-from services.api.requests import StockRequest
+from services.api.requests import ENTITY_ID, StockRequest
 from services.topics import INVENTORY
 
 router = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
 
-ProductId = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")]
+ProductId = Annotated[str, Path(min_length=1, max_length=100, pattern=ENTITY_ID)]
 
 
 class StockAccepted(Accepted):

@@ -23,6 +23,9 @@ MAX_PRICE = Decimal("9999999999.99")
 CENT = Decimal("0.01")
 PRICE_PATTERN = r"^[0-9]{1,10}(\.[0-9]{1,2})?$"
 TEXT = NO_NUL_PATTERN
+ENTITY_ID = r"^[A-Za-z0-9._:-]+$"
+"""An id that becomes a Kafka key and a table key (products, orders): plain characters only,
+so no envelope built from it is refused (keys must be printable)."""
 
 
 def _price(value: Any) -> Decimal:
@@ -75,7 +78,7 @@ WholeNumber = Annotated[int, BeforeValidator(_whole)]
 
 class LineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    product_id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
+    product_id: str = Field(min_length=1, max_length=100, pattern=ENTITY_ID)
     quantity: WholeNumber = Field(gt=0, le=1_000_000)
     unit_price: Price
 
