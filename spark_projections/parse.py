@@ -66,6 +66,8 @@ _VERDICT = StructType(
         StructField("reason", StringType()),
         StructField("envelope", StringType()),
         StructField("normalized", StringType()),
+        StructField("letter", StringType()),
+        # Why the projector also dead-letters an event it accepts (an unknown type).
     ]
 )
 
@@ -155,11 +157,12 @@ def exact_events(exact: DataFrame) -> DataFrame:
 
 def rejects(exact: DataFrame) -> DataFrame:
     """``rebuild_rejects`` rows: where the record sits, the projector's reason, the value."""
-    return exact.where(F.col("verdict.reason").isNotNull()).select(
+    letter = F.coalesce(F.col("verdict.reason"), F.col("verdict.letter"))
+    return exact.where(letter.isNotNull()).select(
         "topic",
         "partition",
         "offset",
-        F.col("verdict.reason").alias("reason"),
+        letter.alias("reason"),
         raw_text(F.col("value")).alias("raw"),
     )
 
@@ -293,11 +296,14 @@ def _utc_text(ts: Column) -> Column:
 # --- the exact route -----------------------------------------------------------------------
 
 
-def _triage(key: bytes | None, value: bytes | None) -> tuple[str | None, str | None, str | None]:
+def _triage(
+    key: bytes | None, value: bytes | None
+) -> tuple[str | None, str | None, str | None, str | None]:
     """The projector's verdict on one record (runs in a Python worker): the reason it is
-    rejected, or the envelope as the projector stores it and in normalized form."""
+    rejected, or the envelope as the projector stores it and in normalized form, and why
+    the projector dead-letters it all the same (an unknown type)."""
     import sagas.contracts  # noqa: F401  (registers every contract in the worker)
-    from services.projector.triage import Rejected, triage
+    from services.projector.triage import Rejected, triage, unknown_type_reason
 
     # Spark hands binary over as bytearray; the projector sees bytes (its reasons print them).
     key = None if key is None else bytes(key)
@@ -305,10 +311,11 @@ def _triage(key: bytes | None, value: bytes | None) -> tuple[str | None, str | N
     try:
         verdict = triage(key, value)
     except Exception as exc:  # the projector would fail on it too; never fail the rebuild
-        return (f"projector cannot handle it: {type(exc).__name__}: {exc}", None, None)
+        return (f"projector cannot handle it: {type(exc).__name__}: {exc}", None, None, None)
     if isinstance(verdict, Rejected):
-        return (verdict.reason, None, None)
-    return (None, verdict.encode().decode(), _normalized(verdict).encode().decode())
+        return (verdict.reason, None, None, None)
+    envelope, normalized = verdict.encode().decode(), _normalized(verdict).encode().decode()
+    return (None, envelope, normalized, unknown_type_reason(verdict))
 
 
 def _normalized(event: Envelope) -> Envelope:

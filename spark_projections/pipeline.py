@@ -76,7 +76,10 @@ def count(stage: Staged) -> tuple[dict[str, int], dict[str, int]]:
     tally: Mapping[tuple[str, bool], int] = {
         (r["gate"], bool(r["known"])): int(r["count"]) for r in rows
     }
-    rejected = int(stage.rejects.count())
+    # rebuild_rejects also lists every event of an unknown type (the projector dead-letters
+    # those too, and applies them as skipped): one row each, not counted as rejected.
+    unknown_letters = sum(n for (_, known), n in tally.items() if not known)
+    rejected = int(stage.rejects.count()) - unknown_letters
     per_verdict: dict[str, int] = {"rejected": rejected}
     for (verdict, _), n in tally.items():
         per_verdict[verdict] = per_verdict.get(verdict, 0) + n

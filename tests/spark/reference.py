@@ -26,7 +26,7 @@ from sagas.projections.rows import (
     apply_stock,
     timeline_entry,
 )
-from services.projector.triage import Rejected, triage
+from services.projector.triage import Rejected, triage, unknown_type_reason
 
 Record = tuple[int, int, bytes | None, bytes | None]
 
@@ -49,13 +49,17 @@ class Reference:
 def project(records: list[Record]) -> Reference:
     ref = Reference()
     by_entity: dict[str, list[tuple[Envelope, int, int]]] = defaultdict(list)
+    letters = 0
     for partition, offset, key, value in sorted(records, key=lambda r: (r[0], r[1])):
         verdict = triage(key, value)
         if isinstance(verdict, Rejected):
             ref.rejected.append((partition, offset, verdict.reason))
-        else:
-            by_entity[verdict.key].append((verdict, partition, offset))
-    totals = {"applied": 0, "duplicates": 0, "unknown_type": 0, "dead_lettered": len(ref.rejected)}
+            letters += 1
+            continue
+        by_entity[verdict.key].append((verdict, partition, offset))
+        if (unknown := unknown_type_reason(verdict)) is not None:  # dead-lettered and applied
+            ref.rejected.append((partition, offset, unknown))
+    totals = {"applied": 0, "duplicates": 0, "unknown_type": 0, "dead_lettered": letters}
     for key, positioned in by_entity.items():
         _entity(ref, key, positioned, totals)
     ref.counters = {name: n for name, n in totals.items() if n}
