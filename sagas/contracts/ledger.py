@@ -10,6 +10,10 @@ from pydantic import Field
 
 from sagas.messages import Message
 
+MAX_UNITS = 2**31 - 1
+"""Counts fit a 32-bit SQL INTEGER column of the read models; a command beyond it is refused
+where it arrives, not by the database much later."""
+
 # --- commands ---------------------------------------------------------------------------
 
 
@@ -17,7 +21,7 @@ class SetCapacity(Message):
     """Set the number of units on hand (stock count, seats of a course)."""
 
     TYPE = "ledger.SetCapacity"
-    on_hand: int = Field(ge=0)
+    on_hand: int = Field(ge=0, le=MAX_UNITS)
 
 
 class Reserve(Message):
@@ -25,7 +29,7 @@ class Reserve(Message):
 
     TYPE = "ledger.Reserve"
     reservation_id: str
-    quantity: int = Field(gt=0)
+    quantity: int = Field(gt=0, le=MAX_UNITS)
     ttl_seconds: float = Field(gt=0)
 
 

@@ -48,7 +48,7 @@ class PlaceOrder(Message):
 
 class CancelOrder(Message):
     TYPE = "order.Cancel"
-    reason: str = "cancelled by customer"
+    reason: str = Field("cancelled by customer", max_length=1000)
 
 
 class OrderPlaced(Message):
