@@ -45,7 +45,8 @@ class Observed:
     dead_letters: list[Raw]
     poisons: list[PoisonRecord]
     read_models: ReadModels
-    notes: list[str] = field(default_factory=list)
+    worker_lag: dict[str, int] = field(default_factory=dict)
+    """topic[partition] -> records the worker's group has not committed past."""
 
 
 def check_all(o: Observed) -> list[Violation]:
@@ -58,6 +59,7 @@ def check_all(o: Observed) -> list[Violation]:
         *stock(o),
         *dead_letters(o),
         *read_models(o),
+        *worker_behind(o),
         *malformed_events(o.history),
     ]
 
@@ -126,12 +128,20 @@ def sequences(h: History) -> list[Violation]:
             ids = {e.message_id for e in copies}
             if len(ids) > 1:
                 types = sorted({e.type for e in copies})
+                distinct = {e.message_id: e for e in copies}.values()
                 out.append(
                     Violation(
                         "sequence-conflict",
                         f"{key} #{seq}",
                         f"{len(ids)} different events share one sequence: {types}",
-                        tuple(h.describe(key)),
+                        tuple(
+                            f"  copy {e.message_id}: {e.type} {_gist(e.payload)} saga "
+                            f"{e.saga_id} caused by {e.causation_id} at "
+                            f"{e.occurred_at.isoformat()}, at partition@offset "
+                            f"{h.positions.get(e.message_id)}"
+                            for e in distinct
+                        )
+                        + tuple(h.describe(key)),
                     )
                 )
         present = sorted(numbered)
@@ -146,6 +156,11 @@ def sequences(h: History) -> list[Violation]:
                 )
             )
     return out
+
+
+def _gist(payload: dict[str, Any]) -> str:
+    keep = ("status", "reservation_id", "quantity", "on_hand", "reserved", "reason")
+    return str({k: payload[k] for k in keep if k in payload})
 
 
 _ONCE_PER_RESERVATION = ("ledger.Reserved", "ledger.Confirmed", "ledger.Released")
@@ -288,6 +303,31 @@ def stock(o: Observed) -> list[Violation]:
                 )
             )
     return out
+
+
+def dead_letter_sources(dead: list[Raw]) -> set[tuple[str, int, int]]:
+    """(source topic, partition, offset) of every readable dead letter."""
+    found = set()
+    for raw in dead:
+        try:
+            body = json.loads(raw.value or b"")
+            found.add((str(body["source_topic"]), int(body["partition"]), int(body["offset"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def worker_behind(o: Observed) -> list[Violation]:
+    if not o.worker_lag:
+        return []
+    return [
+        Violation(
+            "worker-behind",
+            "command topics",
+            f"the worker's group has not committed up to the end after the drain: {o.worker_lag}"
+            " (records behind, per topic[partition]): a stopped agent or a lost commit",
+        )
+    ]
 
 
 def dead_letters(o: Observed) -> list[Violation]:

@@ -12,17 +12,17 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from faults.checks import Observed, ReadModels, Violation, check_all
+from faults.checks import Observed, ReadModels, Violation, check_all, dead_letter_sources
 from faults.history import History
 from faults.inject import PROCESS_FAULTS, Deck, Fault, Incident, Injector
 from faults.load import LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
 from faults.stack import Stack, create_database, cycle_settings, drop_database
-from faults.topics import end_offsets, read_topic
+from faults.topics import end_offsets, group_lag, read_topic
 from services.readmodels import codec, queries, schema
 from services.readmodels.engine import create_read_engine
-from services.topics import DEAD_LETTERS, EVENTS
+from services.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
 
 PRODUCTS = 4
 STOCK_START = 400
@@ -217,20 +217,31 @@ class Cycle:
         bootstrap = settings.kafka_bootstrap
         events_topic = settings.topic(EVENTS)
         skip = {(p.partition, p.offset) for p in injector.poisons if p.topic == events_topic}
-        # Settle: compensations follow a final status; the projector follows the topic.
+        command_topics = [settings.topic(c) for c in PROCESS_CHANNELS]
+        # Settle: compensations follow a final status, the projector follows the topic,
+        # poison written late in the load still has to reach an agent, and the worker's
+        # group should commit up to the end of its topics.
+        lettered_topic = settings.topic(DEAD_LETTERS)
+        expected = {
+            (p.topic, p.partition, p.offset) for p in injector.poisons if p.expect == "dead-letter"
+        }
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while True:
             ends = await end_offsets(bootstrap, events_topic)
             history = History.of(await read_topic(bootstrap, events_topic), skip)
             models = await asyncio.to_thread(_read_models, db_url, events_topic)
+            dead = await read_topic(bootstrap, lettered_topic)
+            worker_lag = await group_lag(bootstrap, settings.app_id, command_topics)
             reserved = [
                 k
                 for k in history.entities("product")
                 if history.stream(k)[-1].payload.get("reserved")
             ]
             caught_up = all(models.checkpoints.get(p, 0) >= e for p, e in ends.items())
-            settled = caught_up and not reserved
-            if settled or time.monotonic() > deadline:
+            missing = expected - dead_letter_sources(dead)
+            if caught_up and not reserved and not missing and not worker_lag:
+                break
+            if time.monotonic() > deadline:
                 break
             await asyncio.sleep(2.0)
         # The order of reads matters: topic ends first, then the tables (they may only be
@@ -245,7 +256,6 @@ class Cycle:
             response = await http.get(f"/orders/{order_id}")
             if response.status_code == 200:
                 api_orders[order_id] = response.json()
-        dead = await read_topic(bootstrap, settings.topic(DEAD_LETTERS))
         return Observed(
             attempts=driver.attempts,
             api_orders=api_orders,
@@ -256,6 +266,7 @@ class Cycle:
             dead_letters=dead,
             poisons=injector.poisons,
             read_models=models,
+            worker_lag=worker_lag,
         )
 
 

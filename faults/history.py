@@ -22,6 +22,8 @@ class History:
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
     """entity key -> sequence -> every copy seen (an at-least-once re-send is a copy)."""
+    positions: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    """message id -> (partition, offset) of every copy."""
     malformed: list[tuple[Raw, str]] = field(default_factory=list)
     count: int = 0
 
@@ -40,6 +42,7 @@ class History:
                 history.malformed.append((raw, "not a domain event (no sequence/entity_type)"))
                 continue
             history.by_entity[event.key][event.sequence].append(event)
+            history.positions[event.message_id].append((raw.partition, raw.offset))
             history.count += 1
         return history
 

@@ -106,5 +106,7 @@ def build(kind: str, channel: str, n: int) -> tuple[bytes | None, bytes | None, 
             )
         case "huge":
             blob = "x" * HUGE_BYTES
-            return key, _envelope(channel, entity, "faults.Huge", {"blob": blob}), "dead-letter"
+            # A real type whose payload breaks its contract: dead-lettered on every topic, and
+            # the dead letter (which carries the original bytes) is itself ~1 MB.
+            return key, _envelope(channel, entity, real_type, {"blob": blob}), "dead-letter"
     raise ValueError(f"unknown poison kind {kind!r}")

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from services.topics import topic_partitions
 
@@ -57,3 +58,21 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
+
+
+async def group_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int]:
+    """Per ``topic[partition]`` with a lag: end offset minus the group's committed offset."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    lag: dict[str, int] = {}
+    for topic in topics:
+        for partition, end in (await end_offsets(bootstrap, topic)).items():
+            meta = committed.get(TopicPartition(topic, partition))
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            if end > done:
+                lag[f"{topic}[{partition}]"] = end - done
+    return lag
