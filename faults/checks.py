@@ -46,6 +46,8 @@ class Observed:
     poisons: list[PoisonRecord]
     read_models: ReadModels
     worker_lag: dict[str, int] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    """order id -> its records on the order-saga topic (only for orders not final)."""
     """topic[partition] -> records the worker's group has not committed past."""
 
 
@@ -77,6 +79,7 @@ def accepted_orders_final(o: Observed) -> list[Violation]:
             f"  POST /orders 202 (Idempotency-Key {a.idempotency_key}, lines {a.lines}, "
             f"payment {a.method}, cancel requested {a.cancel_requested})",
             *o.history.describe(f"order:{a.order_id}"),
+            *o.commands.get(a.order_id, ()),
         )
         if seen is None or not seen.get("final"):
             status = "404 (never projected)" if seen is None else seen.get("status")

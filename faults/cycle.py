@@ -19,17 +19,18 @@ from faults.load import LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
 from faults.stack import Stack, create_database, cycle_settings, drop_database
-from faults.topics import end_offsets, group_lag, read_topic
+from faults.topics import committed_offsets, end_offsets, group_lag, read_topic
+from sagas.messages import ContractError, Envelope
 from services.readmodels import codec, queries, schema
 from services.readmodels.engine import create_read_engine
-from services.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
+from services.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS
 
 PRODUCTS = 4
 STOCK_START = 400
-DRAIN_TIMEOUT_S = 150.0
+DRAIN_TIMEOUT_S = 90.0
 """Longer than the step timeout plus a rebalance: a saga whose reply was lost resolves by
 its timeout inside it; an order still not final after it was lost."""
-SETTLE_TIMEOUT_S = 40.0
+SETTLE_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -256,6 +257,14 @@ class Cycle:
             response = await http.get(f"/orders/{order_id}")
             if response.status_code == 200:
                 api_orders[order_id] = response.json()
+        # Where each lost order's commands are: on the order-saga topic (so an agent skipped
+        # them) or nowhere (so the 202 was not backed by Kafka).
+        lost = [
+            a.order_id
+            for a in driver.accepted
+            if not api_orders.get(a.order_id, {}).get("final") and not history.is_final(a.order_id)
+        ]
+        commands = await _commands_of(bootstrap, settings.topic(ORDER_SAGA), settings.app_id, lost)
         return Observed(
             attempts=driver.attempts,
             api_orders=api_orders,
@@ -267,7 +276,36 @@ class Cycle:
             poisons=injector.poisons,
             read_models=models,
             worker_lag=worker_lag,
+            commands=commands,
         )
+
+
+async def _commands_of(
+    bootstrap: str, topic: str, group: str, order_ids: list[str]
+) -> dict[str, list[str]]:
+    """Each order's records on the order-saga topic, a line each, with the worker group's
+    committed offset of that partition."""
+    if not order_ids:
+        return {}
+    wanted = set(order_ids)
+    committed = await committed_offsets(bootstrap, group)
+    found: dict[str, list[str]] = {o: [] for o in order_ids}
+    for raw in await read_topic(bootstrap, topic):
+        key = (raw.key or b"").decode(errors="replace")
+        if key not in wanted:
+            continue
+        try:
+            what = Envelope.decode(raw.value).type
+        except ContractError as exc:
+            what = f"undecodable ({exc})"
+        found[key].append(
+            f"  on {topic}[{raw.partition}]@{raw.offset}: {what}; the worker group's committed "
+            f"offset there is {committed.get((topic, raw.partition))}"
+        )
+    for lines in found.values():
+        if not lines:
+            lines.append(f"  NOT on {topic}: the 202 was not backed by a record on Kafka")
+    return found
 
 
 def _read_models(db_url: str, events_topic: str) -> ReadModels:

@@ -26,7 +26,8 @@ def cycle_line(r: CycleResult, cycles: int) -> str:
 
 def cycle_details(r: CycleResult) -> list[str]:
     """Faults with their timing, unexpected exits, and each violation kind with examples."""
-    lines = [f"  fault at {f.at:5.1f} s: {f.kind} ({f.detail})" for f in r.faults]
+    faults = sorted(r.faults, key=lambda f: f.at)
+    lines = [f"  fault at {f.at:5.1f} s: {f.kind} ({f.detail})" for f in faults]
     lines += [
         f"  unexpected exit of {i.service} at {i.at:.1f} s, code {i.exit_code} (log {i.log})"
         for i in r.incidents

@@ -60,19 +60,24 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def group_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int]:
-    """Per ``topic[partition]`` with a lag: end offset minus the group's committed offset."""
+async def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offset per (topic, partition)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         committed = await admin.list_consumer_group_offsets(group)
     finally:
         await admin.close()
+    return {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+
+
+async def group_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int]:
+    """Per ``topic[partition]`` with a lag: end offset minus the group's committed offset."""
+    committed = await committed_offsets(bootstrap, group)
     lag: dict[str, int] = {}
     for topic in topics:
         for partition, end in (await end_offsets(bootstrap, topic)).items():
-            meta = committed.get(TopicPartition(topic, partition))
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            done = max(committed.get((topic, partition), 0), 0)
             if end > done:
                 lag[f"{topic}[{partition}]"] = end - done
     return lag
