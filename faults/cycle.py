@@ -106,12 +106,15 @@ class Cycle:
             supervisor = asyncio.create_task(injector.supervise(stop_supervising))
             self.t0 = time.monotonic()
             faults = asyncio.create_task(self._inject(injector))
-            await driver.run(self.load_s)
-            await faults
-            await self._all_up(stack)
-            api_orders = await self._drain(http, driver)
-            stop_supervising.set()
-            await supervisor
+            try:
+                await driver.run(self.load_s)
+                await faults
+                await self._all_up(stack)
+                api_orders = await self._drain(http, driver)
+            finally:  # on an interrupt too: nothing may restart what the cleanup stops
+                stop_supervising.set()
+                faults.cancel()
+                await asyncio.gather(supervisor, faults, return_exceptions=True)
             observed = await self._observe(stack, injector, driver, http, api_orders, db_url)
         violations = check_all(observed)
         accepted = driver.accepted

@@ -20,7 +20,8 @@ from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 from aiokafka.structs import RecordMetadata
 
 from faults.poison import PoisonRecord, build
-from faults.procs import Broker, Service
+from faults.procs import ABORT, Broker, Service
+from faults.procs import pause as pause_unless_aborted
 from faults.stack import SESSION_TIMEOUT_S, Stack
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
@@ -86,7 +87,9 @@ class Injector:
 
     async def stop(self) -> None:
         if self._producer is not None:
-            await self._producer.stop()
+            # The broker may be down: do not hang the cleanup on a flush.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._producer.stop(), 10)
 
     # --- process faults ---------------------------------------------------------------
 
@@ -116,7 +119,7 @@ class Injector:
                 pause = SESSION_TIMEOUT_S + self.rng.uniform(2.0, 6.0)
                 worker.expected_down = True
                 worker.signal(signal.SIGSTOP)
-                time.sleep(pause)
+                pause_unless_aborted(pause)
                 worker.signal(signal.SIGCONT)
                 worker.expected_down = False
                 return f"SIGSTOP pid {pid} for {pause:.1f} s, then SIGCONT"
@@ -124,7 +127,8 @@ class Injector:
                 down = self.rng.uniform(5.0, 30.0)
                 broker_pid = self.broker.pid()
                 self.broker.sigkill()
-                time.sleep(down)
+                if not pause_unless_aborted(down):
+                    return f"SIGKILL broker pid {broker_pid}; run aborted while it was down"
                 started = time.monotonic()
                 self.broker.start()
                 return (
@@ -139,7 +143,8 @@ class Injector:
         pid = service.pid if service.alive() else None
         service.sigkill()
         down = self.rng.uniform(low, high)
-        time.sleep(down)
+        if not pause_unless_aborted(down):
+            return f"SIGKILL pid {pid}; run aborted before the restart"
         started = time.monotonic()
         ready = restart()
         took = time.monotonic() - started
@@ -184,7 +189,7 @@ class Injector:
     async def supervise(self, stop: asyncio.Event) -> None:
         """Restart a service that died on its own; a killed one is the fault's to restart."""
         last_restart: dict[str, float] = {}
-        while not stop.is_set():
+        while not stop.is_set() and not ABORT.is_set():
             for service in self.stack.services:
                 if service.alive() or service.expected_down or service.proc is None:
                     continue

@@ -13,12 +13,23 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
+ABORT = threading.Event()
+"""Set on Ctrl-C / SIGTERM: every wait in a helper thread returns early, so the run unwinds
+(and cleans up) at once instead of after the fault in progress."""
+
+
+def pause(seconds: float) -> bool:
+    """Sleep unless the run is aborted; False when it was."""
+    return not ABORT.wait(seconds)
+
+
 KAFKA_SH = REPO / "deploy" / "local" / "kafka.sh"
 
 
@@ -91,7 +102,7 @@ class Service:
         self.proc.send_signal(signal.SIGCONT)
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(grace)
+            self.proc.wait(3.0 if ABORT.is_set() else grace)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
@@ -107,9 +118,8 @@ class Service:
         while time.monotonic() < deadline:
             if marker in self.log_text():
                 return True
-            if not self.alive():
+            if not self.alive() or not pause(0.2):
                 return False
-            time.sleep(0.2)
         return False
 
     def wait_http(self, url: str, timeout: float) -> bool:
@@ -122,7 +132,8 @@ class Service:
                     return True
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            if not pause(0.2):
+                return False
         return False
 
 

@@ -14,7 +14,7 @@ import uuid
 from types import FrameType
 
 from faults.cycle import Cycle, CycleResult, Decks
-from faults.procs import REPO, Broker
+from faults.procs import ABORT, REPO, Broker
 from faults.report import cycle_details, cycle_line, summary
 
 BROKER_HOME = REPO / ".local" / "kafka-faults"
@@ -26,6 +26,32 @@ class Interrupted(Exception):
 
 def _raise(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signal.Signals(signum).name)
+
+
+async def _interruptible(cycle: Cycle) -> CycleResult:
+    """Run a cycle; SIGINT, SIGTERM or SIGHUP cancels it (its ``finally`` blocks clean up)
+    and makes every helper thread stop waiting. A second signal does not cut the cleanup."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def interrupt() -> None:
+        if not ABORT.is_set():
+            ABORT.set()
+            task.cancel()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, interrupt)
+    try:
+        return await cycle.run()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        signal.signal(signal.SIGTERM, _raise)
+        signal.signal(signal.SIGHUP, _raise)
+        if ABORT.is_set():
+            raise Interrupted("signal during a cycle")
 
 
 def main(cycles: int, seed: int | None, load_s: float, port: int, controller_port: int) -> int:
@@ -59,12 +85,12 @@ def main(cycles: int, seed: int | None, load_s: float, port: int, controller_por
         decks = Decks.new(rng)
         for n in range(1, cycles + 1):
             cycle = Cycle(n, run_id, broker, run_dir / f"cycle-{n:02d}", decks, rng, load_s)
-            result = asyncio.run(cycle.run())
+            result = asyncio.run(_interruptible(cycle))
             results.append(result)
             say(cycle_line(result, cycles))
             for line in cycle_details(result):
                 say(line)
-    except (KeyboardInterrupt, Interrupted) as exc:
+    except (KeyboardInterrupt, Interrupted, asyncio.CancelledError) as exc:
         aborted = f"interrupted ({type(exc).__name__} {exc})"
     except Exception as exc:
         aborted = f"harness error: {type(exc).__name__}: {exc}"
