@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 from faults.checks import Violation
 from faults.cycle import CycleResult
+from faults.inject import Incident
 
 EXAMPLES_PER_KIND = 3
 
@@ -28,16 +30,39 @@ def cycle_details(r: CycleResult) -> list[str]:
     """Faults with their timing, unexpected exits, and each violation kind with examples."""
     faults = sorted(r.faults, key=lambda f: f.at)
     lines = [f"  fault at {f.at:5.1f} s: {f.kind} ({f.detail})" for f in faults]
-    lines += [
-        f"  unexpected exit of {i.service} at {i.at:.1f} s, code {i.exit_code} (log {i.log})"
-        for i in r.incidents
-    ]
+    lines += incident_lines(r)
     if r.client_stats:
         lines.append(f"  client: {dict(sorted(r.client_stats.items()))}")
     lines += violation_lines(r.violations)
     if r.violations:
         lines.append("  logs: " + " ".join(r.logs))
     return lines
+
+
+def incident_lines(r: CycleResult) -> list[str]:
+    """Unexpected exits, one line per service (a crash loop is one finding), with the last
+    lines of the first run that died."""
+    lines = []
+    by_service: dict[str, list[Incident]] = {}
+    for incident in r.incidents:
+        by_service.setdefault(incident.service, []).append(incident)
+    for service, incidents in sorted(by_service.items()):
+        codes = sorted({str(i.exit_code) for i in incidents})
+        first, last = incidents[0], incidents[-1]
+        lines.append(
+            f"  UNEXPECTED EXIT of {service} x{len(incidents)} (exit codes {', '.join(codes)}), "
+            f"first at {first.at:.1f} s, last at {last.at:.1f} s; first log {first.log}"
+        )
+        lines += [f"     | {line}" for line in _tail(Path(first.log), 4)]
+    return lines
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line[:240] for line in text.splitlines()[-n:]]
 
 
 def violation_lines(violations: Iterable[Violation]) -> list[str]:
