@@ -76,22 +76,26 @@ class Cycle:
 
     async def run(self) -> CycleResult:
         started = time.monotonic()
-        db_name, db_url = await asyncio.to_thread(create_database)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        settings = cycle_settings(
-            self.broker.bootstrap, self.run_id, self.number, self.log_dir, db_url
-        )
-        stack = await asyncio.to_thread(Stack.create, settings, self.log_dir)
-        injector = Injector(stack, self.broker, self.rng, lambda: time.monotonic() - self.t0)
+        db_name, db_url = await asyncio.to_thread(create_database)
+        stack: Stack | None = None
+        injector: Injector | None = None
         try:
-            for name in ("worker", "projector", "api"):
-                if not await asyncio.to_thread(stack.start, name):
-                    raise RuntimeError(f"{name} did not start; see {stack.services}")
+            settings = cycle_settings(
+                self.broker.bootstrap, self.run_id, self.number, self.log_dir, db_url
+            )
+            stack = await asyncio.to_thread(Stack.create, settings, self.log_dir)
+            injector = Injector(stack, self.broker, self.rng, lambda: time.monotonic() - self.t0)
+            for service in stack.services:
+                if not await asyncio.to_thread(stack.start, service.command):
+                    raise RuntimeError(f"{service.command} did not start; see {service.log}")
             await injector.start()
             result = await self._exercise(stack, injector, db_url)
         finally:
-            await injector.stop()
-            await asyncio.to_thread(stack.stop_all)
+            if injector is not None:
+                await injector.stop()
+            if stack is not None:
+                await asyncio.to_thread(stack.stop_all)
             await asyncio.to_thread(drop_database, db_name)
         result.seconds = time.monotonic() - started
         return result
