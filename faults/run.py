@@ -81,9 +81,11 @@ def main(cycles: int, seed: int | None, load_s: float, port: int, controller_por
     try:
         broker.reset()  # whatever an earlier, interrupted run left behind
         broker.start()
-        rng = random.Random(seed)
-        decks = Decks.new(rng)
+        # The decks get a generator of their own, so a seed replays which faults each cycle
+        # draws; the load and the fault timing draw from a per-cycle one (timing varies).
+        decks = Decks.new(random.Random(seed))
         for n in range(1, cycles + 1):
+            rng = random.Random(f"{seed}/{n}")
             cycle = Cycle(n, run_id, broker, run_dir / f"cycle-{n:02d}", decks, rng, load_s)
             result = asyncio.run(_interruptible(cycle))
             results.append(result)
@@ -118,7 +120,12 @@ def cli(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m faults", description=__doc__)
     parser.add_argument("--cycles", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=None, help="replay a run's fault plan")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="replay a run's fault plan (which faults each cycle draws; timing varies)",
+    )
     parser.add_argument("--load-seconds", type=float, default=25.0)
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get("SAGALINE_FAULTS_KAFKA_PORT", "19492"))
