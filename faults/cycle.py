@@ -305,9 +305,15 @@ async def _commands_of(
             what = Envelope.decode(raw.value).type
         except ContractError as exc:
             what = f"undecodable ({exc})"
+        done = committed.get((topic, raw.partition))
+        verdict = (
+            "committed past it: consumed, or skipped"
+            if done is not None and done > raw.offset
+            else "not committed past it: the partition stalled before it"
+        )
         found[key].append(
             f"  on {topic}[{raw.partition}]@{raw.offset}: {what}; the worker group's committed "
-            f"offset there is {committed.get((topic, raw.partition))}"
+            f"offset there is {done} ({verdict})"
         )
     for lines in found.values():
         if not lines:
