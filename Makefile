@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 LOGS := .local/logs
 STAMP := $(VENV)/.installed
 
-.PHONY: install stack-up stack-down run stop demo test test-unit lint format bench clean
+.PHONY: install stack-up stack-down run stop demo test test-unit lint format bench faults clean
 
 install: $(STAMP)
 
@@ -70,6 +70,12 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_sagas
 	deploy/local/postgres.sh start
 	$(BIN)/python -m benchmarks.bench_projector
+
+# The fault harness (RELIABILITY.md): its own broker on SAGALINE_FAULTS_KAFKA_PORT (19492),
+# a PostgreSQL database of its own per cycle on the server tests use (make stack-up starts it).
+CYCLES ?= 30
+faults: install
+	$(BIN)/python -m faults --cycles $(CYCLES)
 
 clean: stop
 	rm -rf .local/worker-data .local/logs .local/sagaline.db*

@@ -1,0 +1,204 @@
+"""Fault injection: kill, stop and restart the processes, and write poison records.
+
+Process faults run one at a time (each waits until what it broke is back) in a thread, so
+the load keeps running meanwhile. A supervisor restarts a service that died on its own
+(not by a fault) and records it as an incident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
+from aiokafka.structs import RecordMetadata
+
+from faults.poison import PoisonRecord, build
+from faults.procs import ABORT, Broker, Service
+from faults.procs import pause as pause_unless_aborted
+from faults.stack import SESSION_TIMEOUT_S, Stack
+
+PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at: float
+    """Seconds since the load started."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class Incident:
+    """A service that exited although no fault killed it."""
+
+    service: str
+    exit_code: int | None
+    log: str
+    at: float
+
+
+class Deck:
+    """Deals kinds in shuffled rounds, so every kind comes up about equally often in a run."""
+
+    def __init__(self, kinds: tuple[str, ...], rng: random.Random) -> None:
+        self.kinds = kinds
+        self.rng = rng
+        self.cards: list[str] = []
+
+    def deal(self) -> str:
+        if not self.cards:
+            self.cards = list(self.kinds)
+            self.rng.shuffle(self.cards)
+        return self.cards.pop()
+
+    def put_back(self, kind: str) -> None:
+        self.cards.append(kind)
+
+
+@dataclass
+class Injector:
+    stack: Stack
+    broker: Broker
+    rng: random.Random
+    clock: Callable[[], float]
+    faults: list[Fault] = field(default_factory=list)
+    poisons: list[PoisonRecord] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+    broker_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _producer: AIOKafkaProducer | None = None
+    _poison_count: int = 0
+
+    async def start(self) -> None:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.broker.bootstrap,
+            max_request_size=4 * 1024 * 1024,
+            acks="all",
+            request_timeout_ms=30_000,
+        )
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            # The broker may be down: do not hang the cleanup on a flush.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._producer.stop(), 10)
+
+    # --- process faults ---------------------------------------------------------------
+
+    async def process_fault(self, kind: str) -> None:
+        at = self.clock()
+        if kind == "kill-broker":
+            # No poison record is written while the broker is down: a send that failed
+            # half-way could land at an offset the harness never learnt.
+            async with self.broker_lock:
+                detail = await asyncio.to_thread(self._process_fault, kind)
+        else:
+            detail = await asyncio.to_thread(self._process_fault, kind)
+        self.faults.append(Fault(kind, at, detail))
+
+    def _process_fault(self, kind: str) -> str:
+        stack = self.stack
+        match kind:
+            case "kill-worker":
+                return self._kill_restart(stack.worker, stack.start_worker, 1.0, 3.0)
+            case "kill-projector":
+                return self._kill_restart(stack.projector, stack.start_projector, 0.5, 2.0)
+            case "kill-api":
+                return self._kill_restart(stack.api, stack.start_api, 0.5, 2.0)
+            case "stop-worker":
+                worker = stack.worker
+                pid = worker.pid
+                pause = SESSION_TIMEOUT_S + self.rng.uniform(2.0, 6.0)
+                worker.expected_down = True
+                worker.signal(signal.SIGSTOP)
+                pause_unless_aborted(pause)
+                worker.signal(signal.SIGCONT)
+                worker.expected_down = False
+                return f"SIGSTOP pid {pid} for {pause:.1f} s, then SIGCONT"
+            case "kill-broker":
+                down = self.rng.uniform(5.0, 30.0)
+                broker_pid = self.broker.pid()
+                self.broker.sigkill()
+                if not pause_unless_aborted(down):
+                    return f"SIGKILL broker pid {broker_pid}; run aborted while it was down"
+                started = time.monotonic()
+                self.broker.start()
+                return (
+                    f"SIGKILL broker pid {broker_pid}, down {down:.1f} s, "
+                    f"restart took {time.monotonic() - started:.1f} s"
+                )
+        raise ValueError(f"unknown fault {kind!r}")
+
+    def _kill_restart(
+        self, service: Service, restart: Callable[[], bool], low: float, high: float
+    ) -> str:
+        pid = service.pid if service.alive() else None
+        service.sigkill()
+        down = self.rng.uniform(low, high)
+        if not pause_unless_aborted(down):
+            return f"SIGKILL pid {pid}; run aborted before the restart"
+        started = time.monotonic()
+        ready = restart()
+        took = time.monotonic() - started
+        state = f"back in {took:.1f} s" if ready else f"NOT ready after {took:.1f} s"
+        return f"SIGKILL pid {pid}, down {down:.1f} s, restarted ({state})"
+
+    # --- poison -------------------------------------------------------------------------
+
+    async def poison(self, kind: str, channel: str) -> PoisonRecord:
+        assert self._producer is not None
+        self._poison_count += 1
+        key, value, expect = build(kind, channel, self._poison_count)
+        topic = self.stack.settings.topic(channel)
+        partition = self.rng.randrange(self.stack.settings.partitions)
+        async with self.broker_lock:
+            meta = await self._send(topic, value, key, partition)
+        record = PoisonRecord(kind, channel, topic, meta.partition, meta.offset, expect)
+        self.poisons.append(record)
+        self.faults.append(
+            Fault(f"poison:{kind}", self.clock(), f"{topic}[{meta.partition}]@{meta.offset}")
+        )
+        return record
+
+    async def _send(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int
+    ) -> RecordMetadata:
+        """Send once; retry only failures that happen before the record is queued (metadata
+        of a broker that just restarted), so a poison record is never written twice."""
+        assert self._producer is not None
+        for attempt in range(60):
+            try:
+                future = await self._producer.send(topic, value, key=key, partition=partition)
+            except (UnknownTopicOrPartitionError, KafkaConnectionError):
+                await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
+                continue
+            meta: RecordMetadata = await future
+            return meta
+        raise RuntimeError(f"could not write a poison record to {topic}[{partition}]")
+
+    # --- supervision --------------------------------------------------------------------
+
+    async def supervise(self, stop: asyncio.Event) -> None:
+        """Restart a service that died on its own; a killed one is the fault's to restart."""
+        last_restart: dict[str, float] = {}
+        while not stop.is_set() and not ABORT.is_set():
+            for service in self.stack.services:
+                if service.alive() or service.expected_down or service.proc is None:
+                    continue
+                if time.monotonic() - last_restart.get(service.command, 0.0) < 3.0:
+                    continue
+                last_restart[service.command] = time.monotonic()
+                self.incidents.append(
+                    Incident(service.command, service.exit_code(), str(service.log), self.clock())
+                )
+                await asyncio.to_thread(self.stack.start, service.command)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)

@@ -1,0 +1,129 @@
+"""The load: concurrent clients placing multi-line orders over a few scarce products through
+the REST API, some with a declined payment, some cancelled right after placement.
+
+A client retries a 5xx, a timeout or a refused connection with the SAME Idempotency-Key,
+with backoff, for a bounded time. An order counts as *accepted* only once its 202 reached
+the client; the order id of every attempt is known anyway (the API derives it from the
+customer and the Idempotency-Key), so an attempt whose 202 was lost can still be followed
+on the event topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from services.api.commands import new_entity_id
+
+RETRY_BUDGET_S = 150.0
+"""How long a client keeps retrying one request: longer than the longest broker outage
+plus its restart, so an outage alone never makes a client give up."""
+DECLINE_SHARE = 0.10
+CANCEL_SHARE = 0.10
+
+
+@dataclass
+class Attempt:
+    order_id: str
+    customer_id: str
+    idempotency_key: str
+    lines: dict[str, int]
+    method: str
+    accepted: bool = False
+    """A 202 reached the client."""
+    refused: str | None = None
+    """A 4xx: the API refused it (a harness mistake, reported)."""
+    gave_up: bool = False
+    cancel_requested: bool = False
+    cancel_accepted: bool = False
+
+
+@dataclass
+class LoadDriver:
+    http: httpx.AsyncClient
+    products: list[str]
+    rng: random.Random
+    clients: int = 6
+    customers: int = 20
+    attempts: list[Attempt] = field(default_factory=list)
+    stats: Counter[str] = field(default_factory=Counter)
+
+    async def run(self, duration: float) -> None:
+        """Place orders for ``duration`` seconds, then let in-flight retries finish."""
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(self._client(i, stop)) for i in range(self.clients)]
+        await asyncio.sleep(duration)
+        stop.set()
+        await asyncio.gather(*tasks)
+
+    async def _client(self, index: int, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._place_one()
+            await asyncio.sleep(self.rng.uniform(0.05, 0.3))
+
+    async def _place_one(self) -> None:
+        customer = f"cust-{self.rng.randrange(self.customers)}"
+        key = uuid.UUID(int=self.rng.getrandbits(128)).hex
+        chosen = self.rng.sample(self.products, self.rng.randint(1, min(3, len(self.products))))
+        lines = {p: self.rng.randint(1, 3) for p in chosen}
+        method = "decline" if self.rng.random() < DECLINE_SHARE else "card"
+        attempt = Attempt(new_entity_id(f"order/{customer}", key), customer, key, lines, method)
+        self.attempts.append(attempt)
+        body = {
+            "customer_id": customer,
+            "lines": [
+                {"product_id": p, "quantity": q, "unit_price": "5.00"} for p, q in lines.items()
+            ],
+            "payment": {"method": method},
+        }
+        response = await self.post("/orders", body, key)
+        if response is None:
+            attempt.gave_up = True
+            return
+        if response.status_code != 202:
+            attempt.refused = f"{response.status_code} {response.text[:200]}"
+            return
+        attempt.accepted = True
+        returned = response.json().get("order_id")
+        if returned != attempt.order_id:  # the API changed how it derives ids: follow it
+            self.stats["order id differs from the derived one"] += 1
+            attempt.order_id = str(returned)
+        if self.rng.random() < CANCEL_SHARE:
+            attempt.cancel_requested = True
+            cancel = await self.post(
+                f"/orders/{attempt.order_id}/cancel", {"reason": "changed my mind"}, f"c-{key}"
+            )
+            attempt.cancel_accepted = cancel is not None and cancel.status_code == 202
+
+    async def post(
+        self, path: str, body: dict[str, Any], key: str, method: str = "POST"
+    ) -> httpx.Response | None:
+        """A command with retries of 5xx and transport errors under one Idempotency-Key."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_BUDGET_S
+        delay = 0.2
+        while True:
+            try:
+                headers = {"Idempotency-Key": key}
+                response = await self.http.request(method, path, json=body, headers=headers)
+                if response.status_code < 500:
+                    self.stats[f"http {response.status_code}"] += 1
+                    return response
+                self.stats[f"http {response.status_code} (retried)"] += 1
+            except httpx.TransportError as exc:
+                self.stats[f"{type(exc).__name__} (retried)"] += 1
+            if loop.time() >= deadline:
+                self.stats["gave up"] += 1
+                return None
+            await asyncio.sleep(delay * self.rng.uniform(0.5, 1.5))
+            delay = min(delay * 2, 3.0)
+
+    @property
+    def accepted(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.accepted]

@@ -1,0 +1,169 @@
+"""One cycle's Sagaline: its own topics, database, data dir and ports; worker, projector, API.
+
+Timing settings, and why (see also RELIABILITY.md):
+
+* session timeout 6 s (the minimum the settings allow): a SIGSTOPped or killed worker loses
+  its partitions quickly, so a rebalance happens inside every cycle that stops one.
+* step timeout 60 s: longer than the worst outage a fault causes (broker down up to 30 s,
+  its restart, then a group rebalance after the session timeout), so a saga is not timed
+  out by a fault alone -- and a timeout would not be a violation anyway: it compensates and
+  ends CANCELLED. Short enough that a saga whose reply was really lost resolves (CANCELLED
+  by timeout) inside the drain budget, so only an order whose saga never started or whose
+  deadline was lost stays non-final.
+* reservation TTL 150 s: longer than the two steps between a reserve and its confirm
+  (placement -> authorize -> confirm, each bounded by the step timeout), so a saga never
+  loses a hold to the TTL before its own timeout fires; the TTL only backs up a lost cancel.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from faults.procs import REPO, Service
+from services.settings import Settings
+
+PG_URL = os.environ.get(
+    "SAGALINE_FAULTS_PG_URL",
+    os.environ.get(
+        "SAGALINE_TEST_PG_URL",
+        "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/sagaline",
+    ),
+)
+SESSION_TIMEOUT_S = 6.0
+STEP_TIMEOUT_S = 60.0
+RESERVATION_TTL_S = 150.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cycle_settings(
+    bootstrap: str, run_id: str, cycle: int, cycle_dir: Path, db_url: str
+) -> Settings:
+    name = f"f{run_id}c{cycle}"
+    values: dict[str, Any] = {
+        "kafka_bootstrap": bootstrap,
+        "topic_prefix": name,
+        "app_id": name,
+        "partitions": 4,
+        "data_dir": cycle_dir / "worker-data",
+        "worker_web_port": free_port(),
+        "api_port": free_port(),
+        "api_host": "127.0.0.1",
+        "session_timeout_s": SESSION_TIMEOUT_S,
+        "step_timeout_s": STEP_TIMEOUT_S,
+        "reservation_ttl_s": RESERVATION_TTL_S,
+        "database_url": db_url,
+        "metrics_log_s": 10.0,
+        "gap_alert_s": 20.0,
+        "log_level": "INFO",
+    }
+    return Settings(**values)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGALINE_")}
+    for name, value in settings.model_dump().items():
+        env[f"SAGALINE_{name.upper()}"] = str(value)
+    return env
+
+
+def create_database() -> tuple[str, str]:
+    """A new, empty PostgreSQL database on the shared server; (name, URL)."""
+    name = f"faults_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    return name, url
+
+
+def drop_database(name: str) -> None:
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+def run_cli(env: dict[str, str], log: Path, *args: str) -> None:
+    """A one-shot ``sagaline`` command (topics create, db upgrade); raises if it fails."""
+    with open(log, "ab") as out:
+        subprocess.run(
+            [sys.executable, "-m", "services.cli", *args],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            check=True,
+            timeout=120,
+        )
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    worker: Service
+    projector: Service
+    api: Service
+
+    @classmethod
+    def create(cls, settings: Settings, log_dir: Path) -> Stack:
+        env = settings_env(settings)
+        run_cli(env, log_dir / "setup.log", "topics", "create")
+        run_cli(env, log_dir / "setup.log", "db", "upgrade")
+        return cls(
+            settings,
+            Service("worker", env, log_dir),
+            Service("projector", env, log_dir),
+            Service("api", env, log_dir),
+        )
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.api_port}"
+
+    @property
+    def services(self) -> tuple[Service, ...]:
+        return (self.worker, self.projector, self.api)
+
+    def start_worker(self, timeout: float = 120) -> bool:
+        self.worker.start()
+        return self.worker.wait_for_log("Ready", timeout)
+
+    def start_projector(self) -> bool:
+        self.projector.start()
+        return True
+
+    def start_api(self, timeout: float = 60) -> bool:
+        self.api.start()
+        return self.api.wait_http(f"{self.api_url}/healthz", timeout)
+
+    def start(self, name: str) -> bool:
+        if name == "worker":
+            return self.start_worker()
+        if name == "projector":
+            return self.start_projector()
+        return self.start_api()
+
+    def stop_all(self) -> None:
+        for service in self.services:
+            service.terminate()
