@@ -48,7 +48,7 @@ class Observed:
     worker_lag: dict[str, int] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
     """order id -> its records on the order-saga topic (only for orders not final)."""
-    """topic[partition] -> records the worker's group has not committed past."""
+    """topic[partition] -> records the worker's stored positions are not past."""
 
 
 def check_all(o: Observed) -> list[Violation]:
@@ -327,7 +327,7 @@ def worker_behind(o: Observed) -> list[Violation]:
         Violation(
             "worker-behind",
             "command topics",
-            f"the worker's group has not committed up to the end after the drain: {o.worker_lag}"
+            f"the worker's stored positions are not at the end after the drain: {o.worker_lag}"
             " (records behind, per topic[partition]): a stopped agent or a lost commit",
         )
     ]

@@ -19,11 +19,11 @@ from faults.load import LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
 from faults.stack import Stack, create_database, cycle_settings, drop_database
-from faults.topics import committed_offsets, end_offsets, group_lag, read_topic
+from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
 from sagas.messages import ContractError, Envelope
 from services.readmodels import codec, queries, schema
 from services.readmodels.engine import create_read_engine
-from services.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS
+from services.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS, changelog_topic
 
 PRODUCTS = 4
 STOCK_START = 400
@@ -226,6 +226,7 @@ class Cycle:
         events_topic = settings.topic(EVENTS)
         skip = {(p.partition, p.offset) for p in injector.poisons if p.topic == events_topic}
         command_topics = [settings.topic(c) for c in PROCESS_CHANNELS]
+        changelogs = [changelog_topic(settings, c) for c in PROCESS_CHANNELS]
         # Settle: compensations follow a final status, the projector follows the topic,
         # poison written late in the load still has to reach an agent, and the worker's
         # group should commit up to the end of its topics.
@@ -239,7 +240,9 @@ class Cycle:
             history = History.of(await read_topic(bootstrap, events_topic), skip)
             models = await asyncio.to_thread(_read_models, db_url, events_topic)
             dead = await read_topic(bootstrap, lettered_topic)
-            worker_lag = await group_lag(bootstrap, settings.app_id, command_topics)
+            # The worker's own stored positions, not its group's committed offsets (those are
+            # only a hint it does not resume from).
+            worker_lag = await position_lag(bootstrap, command_topics, changelogs)
             reserved = [
                 k
                 for k in history.entities("product")

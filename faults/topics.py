@@ -9,6 +9,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from services.topics import topic_partitions
+from services.worker.positions import parse_position_key
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,30 @@ async def group_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, 
     for topic in topics:
         for partition, end in (await end_offsets(bootstrap, topic)).items():
             done = max(committed.get((topic, partition), 0), 0)
+            if end > done:
+                lag[f"{topic}[{partition}]"] = end - done
+    return lag
+
+
+async def stored_positions(bootstrap: str, changelogs: list[str]) -> dict[tuple[str, int], int]:
+    """The worker's own record of where each input partition resumes: the latest position
+    each process's table wrote to its changelog (see services/worker/positions.py)."""
+    positions: dict[tuple[str, int], int] = {}
+    for changelog in changelogs:
+        for record in await read_topic(bootstrap, changelog):
+            where = None if record.key is None else parse_position_key(record.key.decode())
+            if where is not None and record.value is not None:
+                positions[where] = int(record.value)
+    return positions
+
+
+async def position_lag(bootstrap: str, topics: list[str], changelogs: list[str]) -> dict[str, int]:
+    """Per ``topic[partition]`` with a lag: end offset minus the worker's stored position."""
+    stored = await stored_positions(bootstrap, changelogs)
+    lag: dict[str, int] = {}
+    for topic in topics:
+        for partition, end in (await end_offsets(bootstrap, topic)).items():
+            done = stored.get((topic, partition), 0)
             if end > done:
                 lag[f"{topic}[{partition}]"] = end - done
     return lag

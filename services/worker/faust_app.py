@@ -26,6 +26,7 @@ from sagas.messages import Envelope
 from services.settings import Settings
 from services.topics import DEAD_LETTERS, table_name
 from services.worker.metrics import Metrics
+from services.worker.positions import POSITION_KEY_PREFIX, position_key
 from services.worker.runner import Incoming, ProcessRunner
 
 log = logging.getLogger(__name__)
@@ -58,15 +59,6 @@ class _PartitionOrigin:
 
     def __init__(self, partition: int) -> None:
         self.message = SimpleNamespace(partition=partition)
-
-
-POSITION_KEY_PREFIX = "\x00position/"
-"""Table keys of input positions; no entity key can start with a control character."""
-
-
-def position_key(topic: str, partition: int) -> str:
-    # The partition is part of the key as well: the memory store is one dict for all.
-    return f"{POSITION_KEY_PREFIX}{topic}/{partition}"
 
 
 class FaustTable:

@@ -30,6 +30,23 @@ from typing import Any, Literal, Protocol
 
 Verdict = Literal["process", "replayed", "past_gap", "stale"]
 
+POSITION_KEY_PREFIX = "\x00position/"
+"""Table keys of input positions (value: the next offset, in ASCII digits). No entity key
+can start with a control character (envelope keys must be printable), so none collides."""
+
+
+def position_key(topic: str, partition: int) -> str:
+    # The partition is part of the key as well: the memory store is one dict for all.
+    return f"{POSITION_KEY_PREFIX}{topic}/{partition}"
+
+
+def parse_position_key(key: str) -> tuple[str, int] | None:
+    """(topic, partition) of a position key; None for an entity's key."""
+    if not key.startswith(POSITION_KEY_PREFIX):
+        return None
+    topic, _, partition = key[len(POSITION_KEY_PREFIX) :].rpartition("/")
+    return topic, int(partition)
+
 
 class Positioned(Protocol):
     @property
