@@ -30,8 +30,8 @@ POISON_CHANNELS = (ORDER_SAGA, INVENTORY, PAYMENT, EVENTS)
 HUGE_BYTES = 1_000_000
 
 Expect = Literal["dead-letter", "skip"]
-"""``skip``: a well-formed event of a type the projector does not know is counted and
-skipped (forward compatibility), not dead-lettered."""
+"""``skip``: a record an agent may pass over without a dead letter (no poison kind needs it
+today: even a well-formed event of an unknown type is dead-lettered by the projector)."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,11 @@ def build(kind: str, channel: str, n: int) -> tuple[bytes | None, bytes | None, 
             return key, json.dumps({"order": n, "hello": ["world"]}).encode(), "dead-letter"
         case "unknown-type":
             if channel == EVENTS:
-                # A well-formed event from a newer producer: counted and skipped by design.
+                # A well-formed event from a newer producer: applied as skipped (its sequence
+                # counts) and dead-lettered, so it is visible until the projector is upgraded.
                 probe = f"probe:{n}"
                 value = _envelope(channel, probe, "faults.Unknown", {"n": n})
-                return probe.encode(), value, "skip"
+                return probe.encode(), value, "dead-letter"
             return key, _envelope(channel, entity, "faults.Unknown", {"n": n}), "dead-letter"
         case "future-version":
             value = _envelope(channel, entity, real_type, real_payload, schema_version=2)
