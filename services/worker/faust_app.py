@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
@@ -138,6 +139,9 @@ def _register(
     async def seek(topic_name: str, partition: int, offset: int) -> None:
         await app.consumer.seek(TP(topic_name, partition), offset)
 
+    probe = OffsetProbe(settings.kafka_bootstrap)
+    app.on_before_shutdown.connect(probe.close_on_signal)
+
     runner = ProcessRunner(
         process=process,
         table=FaustTable(table),
@@ -147,6 +151,7 @@ def _register(
         metrics=metrics,
         seen_window=settings.seen_window,
         seek=seek,
+        first_offset=probe.first_at_or_after,
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
     )
@@ -170,6 +175,40 @@ def _register(
     app.agent(topic, name=process.name)(agent)
     runner.faust_table = table  # type: ignore[attr-defined]
     return runner
+
+
+class OffsetProbe:
+    """Asks the broker where records really are, when a seek back over a gap must know
+    whether the offsets it misses exist (retention and transaction markers leave holes).
+    A consumer of its own, outside the group, started on first use (gaps are rare)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def first_at_or_after(self, topic: str, partition: int, offset: int) -> int | None:
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                request_timeout_ms=10_000,
+            )
+            await self._consumer.start()
+        tp = TopicPartition(topic, partition)
+        first: int = (await self._consumer.beginning_offsets([tp]))[tp]
+        if offset < first:
+            return first  # deleted by retention
+        self._consumer.assign([tp])
+        self._consumer.seek(tp, offset)
+        found = await self._consumer.getmany(tp, timeout_ms=3_000, max_records=1)
+        records = found.get(tp, [])
+        return int(records[0].offset) if records else None
+
+    async def close_on_signal(self, *args: Any, **kwargs: Any) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
 
 
 async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[Incoming]) -> None:

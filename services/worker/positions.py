@@ -12,11 +12,14 @@ delivers:
 
 - the expected offset: process it;
 - below it: already processed (a replay after a crash or a seek), skip it;
-- above it: a gap. Do not process it; ask for a seek back to the expected offset, and
-  skip what the consumer had already fetched past the gap (offsets keep rising). The first
-  record that does not continue that rising run comes from the seek: the expected offset
-  itself, or, when the offsets in between do not exist (retention deleted them, or they
-  were transaction markers), the first offset that does, which is then processed.
+- above it: a gap. Do not process it, nor anything else past the gap: ask for a seek back to
+  the expected offset, and skip what the consumer had already fetched (which may arrive in
+  several runs, some even repeated). Should records past the gap still arrive
+  :data:`RESEEK_AFTER_S` after the request, the seek is asked for again.
+
+Whether the missing offsets exist at all (retention may have deleted them; transaction
+markers leave holes) is not guessed from what arrives: the runner asks the broker before
+it seeks (see :meth:`InputPositions.skip_missing`).
 
 Planning is pure and does not move the positions: a batch whose effects fail is planned
 again, identically, on retry; :meth:`InputPositions.commit` moves them once it is durable.
@@ -59,12 +62,17 @@ class Positioned(Protocol):
     def offset(self) -> int: ...
 
 
+RESEEK_AFTER_S = 5.0
+"""Records past a gap still arriving this long after a seek back: the seek was lost (a
+rebalance's own seek, say); ask for it again."""
+
+
 @dataclass
 class _Partition:
     expected: int | None
     """The next offset to process; None: nothing processed here yet, take what comes."""
-    skipping_above: int | None = None
-    """While rewinding: the highest offset seen past the gap (records above it are stale)."""
+    rewound_at: float | None = None
+    """When a seek back to ``expected`` was last asked for (monotonic seconds)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,6 @@ class Plan:
 
     verdicts: list[Verdict]
     rewinds: list[Rewind]
-    missing: list[tuple[str, int, int, int]]
-    """(topic, partition, first, last): offsets found not to exist, skipped over."""
     _after: dict[tuple[str, int], _Partition] = field(repr=False)
 
     def admitted(self, records: Iterable[Any]) -> list[Any]:
@@ -104,51 +110,48 @@ class InputPositions:
         """After a rebalance: positions are read again from the (recovered) table."""
         self._partitions.clear()
 
-    def plan(self, records: Iterable[Positioned]) -> Plan:
+    def plan(self, records: Iterable[Positioned], now: float) -> Plan:
         after: dict[tuple[str, int], _Partition] = {}
         verdicts: list[Verdict] = []
         rewinds: list[Rewind] = []
-        missing: list[tuple[str, int, int, int]] = []
         for record in records:
             tp = (record.topic, record.partition)
             if tp not in after:
                 after[tp] = self._current(tp)
             part = after[tp]
-            verdict, gap = _admit(part, record.offset)
+            verdict = _admit(part, record.offset, now)
             verdicts.append(verdict)
-            if gap is None:
-                continue
-            if verdict == "past_gap":
-                rewinds.append(Rewind(record.topic, record.partition, gap))
-            else:
-                missing.append((record.topic, record.partition, gap, record.offset - 1))
-        return Plan(verdicts, rewinds, missing, after)
+            if verdict == "past_gap" and part.expected is not None:
+                rewinds.append(Rewind(record.topic, record.partition, part.expected))
+        return Plan(verdicts, rewinds, after)
 
     def commit(self, plan: Plan) -> None:
         self._partitions.update(plan._after)
+
+    def skip_missing(self, topic: str, partition: int, missing_from: int, exists_from: int) -> bool:
+        """The broker says offsets ``missing_from .. exists_from - 1`` do not exist: expect
+        ``exists_from`` instead. False (and nothing changes) when the position has moved on."""
+        part = self._partitions.get((topic, partition))
+        if part is None or part.expected != missing_from or exists_from <= missing_from:
+            return False
+        part.expected = exists_from
+        return True
 
     def _current(self, tp: tuple[str, int]) -> _Partition:
         known = self._partitions.get(tp)
         if known is None:
             return _Partition(self._load(*tp))
-        return _Partition(known.expected, known.skipping_above)
+        return _Partition(known.expected, known.rewound_at)
 
 
-def _admit(part: _Partition, offset: int) -> tuple[Verdict, int | None]:
-    """Update ``part`` for one delivered offset. The int is the rewind target for
-    ``past_gap``, or the first missing offset when a rewind found offsets absent."""
+def _admit(part: _Partition, offset: int, now: float) -> Verdict:
+    """Update ``part`` for one delivered offset."""
     if part.expected is None or offset == part.expected:
-        part.expected, part.skipping_above = offset + 1, None
-        return "process", None
+        part.expected, part.rewound_at = offset + 1, None
+        return "process"
     if offset < part.expected:
-        return "replayed", None
-    if part.skipping_above is None:  # a gap: go back for what is missing
-        part.skipping_above = offset
-        return "past_gap", part.expected
-    if offset > part.skipping_above:  # still the run fetched before the seek
-        part.skipping_above = offset
-        return "stale", None
-    # Not rising any more: this comes from the seek, and what lies before it does not exist.
-    first_missing = part.expected
-    part.expected, part.skipping_above = offset + 1, None
-    return "process", first_missing
+        return "replayed"
+    if part.rewound_at is None or now - part.rewound_at >= RESEEK_AFTER_S:
+        part.rewound_at = now
+        return "past_gap"
+    return "stale"

@@ -41,8 +41,16 @@ Seek = Callable[[str, int, int], Awaitable[None]]
 """Make the consumer deliver a partition again from an offset."""
 
 
+FirstOffset = Callable[[str, int, int], Awaitable[int | None]]
+"""The first offset at or after the given one that holds a record (None: cannot tell)."""
+
+
 async def _no_seek(topic: str, partition: int, offset: int) -> None:
     """For runners without a consumer (tools, tests): nothing to rewind."""
+
+
+async def _cannot_tell(topic: str, partition: int, offset: int) -> int | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,8 @@ class ProcessRunner:
     seen_window: int = 500
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     seek: Seek = _no_seek
+    first_offset: FirstOffset = _cannot_tell
+    monotonic: Callable[[], float] = time.monotonic
     max_message_bytes: int = MAX_RECORD_BYTES
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
 
@@ -125,7 +135,7 @@ class ProcessRunner:
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
         """Process a batch; when it raises, nothing of it was stored and it may be retried."""
-        plan = self.positions.plan(batch)
+        plan = self.positions.plan(batch, self.monotonic())
         fresh: dict[str, Record[Any]] = {}
         origins: dict[str, Any] = {}
         outbound: list[_Encoded] = []
@@ -173,35 +183,44 @@ class ProcessRunner:
         for verdict in ("replayed", "stale"):
             if n := plan.verdicts.count(verdict):
                 self.metrics.inc(name, f"skipped_{verdict}", n)
-        for topic, partition, first, last_missing in plan.missing:
-            self.metrics.inc(name, "offsets_missing", last_missing - first + 1)
-            log.warning(
-                "%s: %s[%d] offsets %d..%d do not exist (retention or transaction markers); "
-                "resuming after them",
-                name,
-                topic,
-                partition,
-                first,
-                last_missing,
-            )
 
     async def _rewind(self, plan: Plan) -> None:
         for rewind in plan.rewinds:
-            self.metrics.inc(self.process.name, "rewinds")
-            log.warning(
-                "%s: %s[%d] delivered past offset %d, which was never processed; "
-                "seeking back to it",
-                self.process.name,
-                rewind.topic,
-                rewind.partition,
-                rewind.offset,
-            )
             try:
-                await self.seek(rewind.topic, rewind.partition, rewind.offset)
+                await self._seek_back(rewind.topic, rewind.partition, rewind.offset)
             except Exception:
-                # Forget the partition: its next record finds the gap again and retries.
+                # The records past the gap keep arriving: the seek is asked for again.
                 log.exception("%s: seek failed; will retry", self.process.name)
-                self.positions.forget()
+
+    async def _seek_back(self, topic: str, partition: int, offset: int) -> None:
+        name = self.process.name
+        self.metrics.inc(name, "rewinds")
+        exists_from = await self.first_offset(topic, partition, offset)
+        if exists_from is not None and self.positions.skip_missing(
+            topic, partition, offset, exists_from
+        ):
+            self.metrics.inc(name, "offsets_missing", exists_from - offset)
+            log.warning(
+                "%s: %s[%d] offsets %d..%d hold no record (retention deleted them, or "
+                "transaction markers); resuming at %d",
+                name,
+                topic,
+                partition,
+                offset,
+                exists_from - 1,
+                exists_from,
+            )
+            offset = exists_from
+        else:
+            log.warning(
+                "%s: %s[%d] delivered records past offset %d, which was never processed; "
+                "seeking back to it",
+                name,
+                topic,
+                partition,
+                offset,
+            )
+        await self.seek(topic, partition, offset)
 
     def _decide(
         self,

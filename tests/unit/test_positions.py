@@ -9,7 +9,7 @@ import pytest
 from sagas.contracts import ledger as lc
 from sagas.messages import Envelope
 from services.worker.deadletter import DeadLetter
-from services.worker.positions import InputPositions, Rewind
+from services.worker.positions import RESEEK_AFTER_S, InputPositions, Rewind
 from services.worker.runner import DictTable
 from tests.unit.test_runner import FakeKafka, incoming, runner
 
@@ -27,8 +27,8 @@ def offsets(*values: int, partition: int = 0) -> list[At]:
     return [At("t", partition, o) for o in values]
 
 
-def run(positions: InputPositions, records: list[At]) -> list[str]:
-    plan = positions.plan(records)
+def run(positions: InputPositions, records: list[At], now: float = 0.0) -> list[str]:
+    plan = positions.plan(records, now)
     positions.commit(plan)
     return list(plan.verdicts)
 
@@ -46,7 +46,7 @@ def test_a_stored_position_skips_what_was_processed_before_it() -> None:
 
 def test_a_record_past_a_gap_is_not_processed_and_asks_for_a_seek_back() -> None:
     positions = InputPositions(lambda topic, partition: 10)
-    plan = positions.plan(offsets(13, 14, 15))
+    plan = positions.plan(offsets(13, 14, 15), now=0.0)
     assert plan.verdicts == ["past_gap", "stale", "stale"]
     assert plan.rewinds == [Rewind("t", 0, 10)]
     assert plan.next_offsets() == {("t", 0): 10}
@@ -55,26 +55,36 @@ def test_a_record_past_a_gap_is_not_processed_and_asks_for_a_seek_back() -> None
     assert run(positions, offsets(10, 11, 12, 13, 14, 15, 16)) == ["process"] * 7
 
 
-def test_the_stale_run_fetched_before_the_seek_is_skipped_until_the_seek_shows() -> None:
+def test_stale_runs_past_the_gap_are_skipped_however_they_interleave() -> None:
+    # Several fetches made before the seek may arrive, even repeating offsets: none of them
+    # is processed until the expected offset itself shows up.
     positions = InputPositions(lambda topic, partition: 10)
-    assert run(positions, offsets(13, 14)) == ["past_gap", "stale"]
-    assert run(positions, offsets(15, 16, 10, 11)) == ["stale", "stale", "process", "process"]
+    assert run(positions, offsets(13, 14), now=0.0) == ["past_gap", "stale"]
+    assert run(positions, offsets(15, 13, 14, 20), now=1.0) == ["stale"] * 4
+    assert run(positions, offsets(10, 11), now=2.0) == ["process", "process"]
 
 
-def test_offsets_that_do_not_exist_are_skipped_once_the_seek_shows_it() -> None:
-    # Retention deleted 10..12 (or they were transaction markers): the seek to 10 delivers
-    # 13 again, which no longer continues the rising stale run.
+def test_the_seek_is_asked_for_again_when_records_past_the_gap_keep_coming() -> None:
+    positions = InputPositions(lambda topic, partition: 10)
+    assert run(positions, offsets(13), now=0.0) == ["past_gap"]
+    assert run(positions, offsets(14), now=RESEEK_AFTER_S - 0.1) == ["stale"]
+    plan = positions.plan(offsets(15), now=RESEEK_AFTER_S + 0.1)
+    assert (plan.verdicts, plan.rewinds) == (["past_gap"], [Rewind("t", 0, 10)])
+
+
+def test_offsets_the_broker_says_do_not_exist_are_skipped() -> None:
+    # Retention deleted 10..12 (or they were transaction markers).
     positions = InputPositions(lambda topic, partition: 10)
     assert run(positions, offsets(13, 14)) == ["past_gap", "stale"]
-    plan = positions.plan(offsets(13, 14, 15))
-    assert plan.verdicts == ["process"] * 3
-    assert plan.missing == [("t", 0, 10, 12)]
+    assert not positions.skip_missing("t", 0, missing_from=9, exists_from=13)  # moved on
+    assert positions.skip_missing("t", 0, missing_from=10, exists_from=13)
+    assert run(positions, offsets(13, 14, 15)) == ["process"] * 3
 
 
 def test_planning_moves_nothing_until_committed_so_a_failed_batch_is_planned_again() -> None:
     positions = InputPositions(lambda topic, partition: 10)
-    first = positions.plan(offsets(10, 11))
-    again = positions.plan(offsets(10, 11))
+    first = positions.plan(offsets(10, 11), now=0.0)
+    again = positions.plan(offsets(10, 11), now=0.0)
     assert first.verdicts == again.verdicts == ["process", "process"]
 
 
@@ -115,6 +125,27 @@ async def test_the_runner_seeks_back_over_a_gap_and_processes_nothing_past_it() 
     await r.handle_batch([incoming(lc.SetCapacity(on_hand=3), "p1", 5)])
     assert (seeks, kafka.sent, dict(table)) == ([("t.inventory", 0, 3)], [], {})
     assert r.metrics.snapshot()["inventory.rewinds"] == 1
+
+
+async def test_the_runner_seeks_past_offsets_the_broker_says_hold_no_record() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    table.positions[("t.inventory", 0)] = 3
+    seeks: list[tuple[str, int, int]] = []
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        seeks.append((topic, partition, offset))
+
+    async def first_offset(topic: str, partition: int, offset: int) -> int | None:
+        return 5  # 3 and 4 were deleted by retention
+
+    r = runner(kafka, table)
+    r.seek, r.first_offset = seek, first_offset
+    record = incoming(lc.SetCapacity(on_hand=3), "p1", 5)
+    await r.handle_batch([record])
+    assert (seeks, dict(table)) == ([("t.inventory", 0, 5)], {})
+    await r.handle_batch([record])  # what the seek delivers
+    assert (set(table), table.positions) == ({"p1"}, {("t.inventory", 0): 6})
+    assert r.metrics.snapshot()["inventory.offsets_missing"] == 2
 
 
 async def test_a_decision_whose_message_kafka_would_refuse_is_dead_lettered_not_retried() -> None:
