@@ -56,7 +56,7 @@ def parse_object(raw: bytes | str | None) -> dict[str, Any]:
             raise ContractError(f"not JSON: not UTF-8 (invalid byte at {exc.start})") from None
     else:
         text = raw
-    depth = _nesting_depth(text)
+    depth = nesting_depth(text)
     if depth > MAX_DEPTH:
         raise ContractError(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
@@ -80,7 +80,7 @@ def parse_object(raw: bytes | str | None) -> dict[str, Any]:
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
-def _nesting_depth(text: str) -> int:
+def nesting_depth(text: str) -> int:
     """The deepest bracket nesting of ``text``, counted in a loop (no recursion) that stops
     as soon as the limit is passed."""
     if "[" not in text and "{" not in text:
@@ -130,11 +130,13 @@ def _check_content(data: dict[str, Any]) -> None:
                 pending.append(item)
         elif isinstance(value, list):
             pending.extend(value)
-        elif isinstance(value, str) and not value.isascii() and not _encodable(value):
+        elif isinstance(value, str) and not value.isascii() and not encodable(value):
             raise ContractError("a text is not valid Unicode (lone surrogate)")
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
+    """False for text holding a lone surrogate: valid in JSON, but no character, so it
+    cannot be written as UTF-8 (to Kafka, to a database)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

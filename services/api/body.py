@@ -17,10 +17,8 @@ from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sagas.untrusted import MAX_DEPTH, nesting_depth
 from services.api.errors import clip, error_response
-
-MAX_DEPTH = 32
-"""Deepest nesting of arrays and objects a body may have; ours need 3."""
 
 
 class BodyTooLarge(HTTPException):
@@ -110,7 +108,7 @@ def parse_json(body: bytes) -> Any:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotJson(f"it is not UTF-8 (byte {exc.start} is invalid)") from exc
-    depth = _nesting(text)
+    depth = nesting_depth(text)
     if depth > MAX_DEPTH:
         raise NotJson(f"it nests arrays and objects {depth} deep, more than {MAX_DEPTH}")
     try:
@@ -119,7 +117,7 @@ def parse_json(body: bytes) -> Any:
         raise NotJson(f"{exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     except ValueError as exc:  # an integer with more digits than Python converts
         raise NotJson(clip(str(exc))) from exc
-    except RecursionError as exc:  # _nesting bounds the depth; this is a backstop
+    except RecursionError as exc:  # nesting_depth bounds the depth; this is a backstop
         raise NotJson("it nests too deep") from exc
     _no_lone_surrogates(value)
     return value
@@ -141,30 +139,6 @@ def _no_lone_surrogates(value: Any) -> None:
         except UnicodeEncodeError as exc:
             code = ord(value[exc.start])
             raise NotJson(f"a string holds \\u{code:04x}: a lone surrogate, no character") from exc
-
-
-def _nesting(text: str) -> int:
-    """The deepest nesting of brackets outside strings, counted without recursion."""
-    deepest = depth = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
-                return deepest  # enough to refuse; no need to scan a hostile body to its end
-        elif char in "]}":
-            depth -= 1
-    return deepest
 
 
 def _no_constant(name: str) -> Any:

@@ -21,6 +21,7 @@ from sagas.contracts.orders import OrderPlaced
 from sagas.ids import is_external_command_id
 from sagas.messages import Envelope, Message
 from sagas.projections.rows import ORDER, PRODUCT, entity_id
+from sagas.untrusted import encodable
 from services.readmodels import codec, schema
 
 MAX_INT = 2**31 - 1
@@ -128,7 +129,7 @@ def _text_problem(event: Envelope) -> str | None:
         if isinstance(value, str):
             if "\x00" in value:
                 return "a text contains a NUL character"
-            if not value.isascii() and not _encodable(value):
+            if not value.isascii() and not encodable(value):
                 return "a text is not valid Unicode (lone surrogate)"
         elif isinstance(value, dict):
             pending.extend(value)
@@ -136,11 +137,3 @@ def _text_problem(event: Envelope) -> str | None:
         elif isinstance(value, list):
             pending.extend(value)
     return None
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
@@ -170,6 +172,33 @@ class Stack:
         """The totals carried by the product's latest ledger event."""
         facts = [e for e in self.tail.events_of(f"product:{product}")]
         return None if not facts else max(facts, key=lambda e: e.sequence or 0).payload
+
+    async def assert_settled(
+        self, outcomes: dict[str, Any], lines: dict[str, list[str]], stock: dict[str, int]
+    ) -> dict[str, int]:
+        """After a crash: no saga contradicts itself (a replay may repeat an event, never
+        change it), and every product ends at its stock less the units of CONFIRMED orders
+        (one unit per line), nothing reserved. Returns the units sold per product."""
+        finals: dict[str, set[str]] = defaultdict(set)
+        for e in self.tail.events:
+            if e.type == "order.StatusChanged" and e.payload["status"] in FINAL_STATUSES:
+                finals[e.saga_id or ""].add(e.payload["status"])
+        assert all(len(s) == 1 for s in finals.values())
+        sold: dict[str, int] = defaultdict(int)
+        for order, outcome in outcomes.items():
+            if outcome.status == "CONFIRMED":
+                for product in lines[order]:
+                    sold[product] += 1
+        for product, on_hand in stock.items():
+            assert sold[product] <= on_hand
+            # A saga publishes its outcome together with its compensations (a refund of a
+            # line confirmed before a timeout, say), so the ledger may settle a moment later.
+            expected = on_hand - sold[product]
+            fact = await self.wait_stock(
+                product, lambda f, n=expected: f["reserved"] == 0 and f["on_hand"] == n
+            )
+            assert (fact["on_hand"], fact["reserved"]) == (expected, 0), product
+        return sold
 
     async def wait_stock(self, product: str, predicate: Any, timeout: float = 30) -> dict[str, Any]:
         deadline = asyncio.get_running_loop().time() + timeout

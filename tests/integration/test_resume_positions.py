@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -128,23 +127,4 @@ async def test_expelled_mid_load_then_killed_loses_no_accepted_order(tmp_path: P
 
         outcomes = await stack.tail.wait_for(orders, 120)
         assert len(outcomes) == len(orders), f"{len(orders) - len(outcomes)} orders never ended"
-        finals: dict[str, set[str]] = defaultdict(set)
-        for e in stack.tail.events:
-            if e.type == "order.StatusChanged" and e.payload["status"] in (
-                "CONFIRMED",
-                "REJECTED",
-                "CANCELLED",
-            ):
-                finals[e.saga_id or ""].add(e.payload["status"])
-        assert all(len(s) == 1 for s in finals.values())
-        sold: dict[str, int] = defaultdict(int)
-        for order, outcome in outcomes.items():
-            if outcome.status == "CONFIRMED":
-                for product in lines[order]:
-                    sold[product] += 1
-        for product in PRODUCTS:
-            expected = STOCK - sold[product]
-            fact = await stack.wait_stock(
-                product, lambda f, n=expected: f["reserved"] == 0 and f["on_hand"] == n
-            )
-            assert (fact["on_hand"], fact["reserved"]) == (expected, 0), product
+        await stack.assert_settled(outcomes, lines, dict.fromkeys(PRODUCTS, STOCK))

@@ -6,7 +6,6 @@ import asyncio
 import random
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -43,30 +42,7 @@ async def test_sigkill_in_the_middle_of_500_orders(tmp_path: Path) -> None:
         assert len(outcomes) == 500, f"{500 - len(outcomes)} sagas never ended"
 
         # Replays after the crash may repeat an event, never contradict one.
-        finals: dict[str, set[str]] = defaultdict(set)
-        for e in stack.tail.events:
-            if e.type == "order.StatusChanged" and e.payload["status"] in (
-                "CONFIRMED",
-                "REJECTED",
-                "CANCELLED",
-            ):
-                finals[e.saga_id or ""].add(e.payload["status"])
-        assert all(len(s) == 1 for s in finals.values())
-
-        sold: dict[str, int] = defaultdict(int)
-        for order, outcome in outcomes.items():
-            if outcome.status == "CONFIRMED":
-                for product in lines[order]:
-                    sold[product] += 1
-        for product in PRODUCTS:
-            assert sold[product] <= STOCK
-            # A saga publishes its outcome together with its compensations (a refund of a
-            # line confirmed before a timeout, say), so the ledger may settle a moment later.
-            expected = STOCK - sold[product]
-            fact = await stack.wait_stock(
-                product, lambda f, n=expected: f["reserved"] == 0 and f["on_hand"] == n
-            )
-            assert (fact["on_hand"], fact["reserved"]) == (expected, 0), product
+        await stack.assert_settled(outcomes, lines, dict.fromkeys(PRODUCTS, STOCK))
         # The run did exercise both outcomes.
         statuses = [o.status for o in outcomes.values()]
         assert statuses.count("CONFIRMED") > 50 and statuses.count("REJECTED") > 50
