@@ -88,6 +88,10 @@ class Settings(BaseSettings):
         le=512 * 1024,
         description="Largest record the worker produces; a decision whose message would be larger is dead-lettered instead of stalling its stream (at most the 512 KiB every Sagaline consumer accepts, well under the producer's 1 MiB request size)",
     )
+    start_without_position: Literal["earliest", "committed"] = Field(
+        "earliest",
+        description="Where the worker starts an input partition for which its table holds no position (no batch ever stored there): `earliest`, or `committed` (the consumer group's offset) once, when upgrading from a version that stored no positions",
+    )
     deadletter_inline_max_bytes: int = Field(
         256 * 1024,
         ge=1024,

@@ -115,7 +115,7 @@ def create_app(
     )
     metrics = metrics or Metrics()
     runners = [_register(app, settings, process, metrics) for process in processes]
-    _resume_from_stored_positions(app, runners)
+    _resume_from_stored_positions(app, runners, settings.start_without_position)
     _register_deadline_timer(app, settings, runners)
     _register_metrics(app, settings, metrics)
     return app, runners
@@ -237,10 +237,17 @@ async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[
         batch = [r for r in batch if TP(r.topic, r.partition) in owned]
 
 
-def _resume_from_stored_positions(app: faust.App, runners: list[ProcessRunner]) -> None:
+def _resume_from_stored_positions(
+    app: faust.App, runners: list[ProcessRunner], without_position: str
+) -> None:
     """After every assignment Faust seeks each partition to its committed offset, once the
     tables are recovered; then seek the process topics to the positions stored in the
-    tables instead, and make the runners read their positions afresh."""
+    tables instead, and make the runners read their positions afresh.
+
+    A partition with no stored position has had no batch stored, ever: it starts at its
+    earliest record (``without_position="earliest"``), since a committed offset there
+    would be one nobody can vouch for. ``"committed"`` keeps Faust's seek: for the first
+    start after upgrading from a version that stored no positions."""
     consumer = app.consumer
     seek_to_committed = consumer.perform_seek
 
@@ -251,10 +258,17 @@ def _resume_from_stored_positions(app: faust.App, runners: list[ProcessRunner]) 
         by_topic = {runner.topic: runner for runner in runners}
         for tp in consumer.assignment():
             owner = by_topic.get(tp.topic)
-            stored = None if owner is None else owner.table.load_position(*tp)
+            if owner is None:
+                continue
+            stored = owner.table.load_position(*tp)
             if stored is not None:
                 await consumer.seek(tp, stored)
                 log.info("%s[%d]: resuming at the stored position %d", *tp, stored)
+            elif without_position == "earliest":
+                # Offset 0 is out of range once retention has deleted it: the consumer's
+                # auto_offset_reset (earliest) then moves to the first record there is.
+                await consumer.seek(tp, 0)
+                log.info("%s[%d]: no stored position; starting at the earliest record", *tp)
 
     consumer.perform_seek = perform_seek  # type: ignore[method-assign]
 

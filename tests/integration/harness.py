@@ -18,12 +18,13 @@ from typing import Any
 
 import httpx
 
+from faults.topics import Raw, read_topic
 from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from services.settings import Settings
-from services.topics import create_topics, topic_partitions
+from services.topics import create_topics
 
 BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -235,30 +236,9 @@ async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stac
         await asyncio.to_thread(worker.stop)
 
 
-async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> list[Any]:
+async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> list[Raw]:
     """Every record currently on a channel's topic (from the beginning)."""
-    from aiokafka import AIOKafkaConsumer
-
-    topic = settings.topic(channel)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = await topic_partitions(consumer, topic)
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        records: list[Any] = []
-        deadline = asyncio.get_running_loop().time() + timeout
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            if asyncio.get_running_loop().time() > deadline:
-                break
-            for batch in (await consumer.getmany(timeout_ms=200)).values():
-                records.extend(batch)
-        return records
-    finally:
-        await consumer.stop()
+    return await read_topic(settings.kafka_bootstrap, settings.topic(channel), timeout)
 
 
 async def produce_raw(settings: Settings, channel: str, key: bytes, value: bytes) -> None:
