@@ -120,7 +120,10 @@ class Cycle:
                 faults.cancel()
                 await asyncio.gather(supervisor, faults, return_exceptions=True)
             observed = await self._observe(stack, injector, driver, http, api_orders, db_url)
-        violations = check_all(observed)
+        violations = check_all(observed) + [
+            Violation("store-ahead-of-changelog", "worker tables", m)
+            for m in injector.store_mismatches
+        ]
         accepted = driver.accepted
         return CycleResult(
             number=self.number,

@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
@@ -23,6 +24,8 @@ from faults.poison import PoisonRecord, build
 from faults.procs import ABORT, Broker, Service
 from faults.procs import pause as pause_unless_aborted
 from faults.stack import SESSION_TIMEOUT_S, Stack
+from faults.stores import Mismatch, recovery_mismatches
+from services.topics import PROCESS_CHANNELS, table_name
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
 
@@ -72,6 +75,9 @@ class Injector:
     faults: list[Fault] = field(default_factory=list)
     poisons: list[PoisonRecord] = field(default_factory=list)
     incidents: list[Incident] = field(default_factory=list)
+    store_mismatches: list[str] = field(default_factory=list)
+    """After a worker SIGKILL: keys its table stores would recover differently from their
+    changelogs (see faults/stores.py); each one is a violation."""
     broker_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _producer: AIOKafkaProducer | None = None
     _poison_count: int = 0
@@ -108,7 +114,9 @@ class Injector:
         stack = self.stack
         match kind:
             case "kill-worker":
-                return self._kill_restart(stack.worker, stack.start_worker, 1.0, 3.0)
+                return self._kill_restart(
+                    stack.worker, stack.start_worker, 1.0, 3.0, self._check_worker_stores
+                )
             case "kill-projector":
                 return self._kill_restart(stack.projector, stack.start_projector, 0.5, 2.0)
             case "kill-api":
@@ -138,18 +146,40 @@ class Injector:
         raise ValueError(f"unknown fault {kind!r}")
 
     def _kill_restart(
-        self, service: Service, restart: Callable[[], bool], low: float, high: float
+        self,
+        service: Service,
+        restart: Callable[[], bool],
+        low: float,
+        high: float,
+        while_down: Callable[[], str] | None = None,
     ) -> str:
         pid = service.pid if service.alive() else None
         service.sigkill()
+        killed = time.monotonic()
         down = self.rng.uniform(low, high)
-        if not pause_unless_aborted(down):
+        checked = f"; {while_down()}" if while_down is not None else ""
+        if not pause_unless_aborted(max(0.0, down - (time.monotonic() - killed))):
             return f"SIGKILL pid {pid}; run aborted before the restart"
+        down = time.monotonic() - killed
         started = time.monotonic()
         ready = restart()
         took = time.monotonic() - started
         state = f"back in {took:.1f} s" if ready else f"NOT ready after {took:.1f} s"
-        return f"SIGKILL pid {pid}, down {down:.1f} s, restarted ({state})"
+        return f"SIGKILL pid {pid}, down {down:.1f} s, restarted ({state}){checked}"
+
+    def _check_worker_stores(self) -> str:
+        """Recover the dead worker's tables the way Faust will (its local RocksDB, opened
+        read-only, plus the changelogs) and compare them with the changelogs."""
+        settings = self.stack.settings
+        dirs = list(settings.data_dir.glob("v*/tables"))
+        if not dirs:
+            return "no table store yet"
+        try:
+            found = asyncio.run(_all_mismatches(settings.kafka_bootstrap, dirs[0], settings.app_id))
+        except Exception as exc:  # the harness must go on; the check could not run
+            return f"store check failed to run ({type(exc).__name__}: {exc})"
+        self.store_mismatches.extend(str(m) for m in found)
+        return f"store check: {len(found)} key(s) would recover unlike their changelog"
 
     # --- poison -------------------------------------------------------------------------
 
@@ -202,3 +232,10 @@ class Injector:
                 await asyncio.to_thread(self.stack.start, service.command)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
+
+
+async def _all_mismatches(bootstrap: str, tables_dir: Path, app_id: str) -> list[Mismatch]:
+    found: list[Mismatch] = []
+    for channel in PROCESS_CHANNELS:
+        found += await recovery_mismatches(bootstrap, tables_dir, app_id, table_name(channel))
+    return found

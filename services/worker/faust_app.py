@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import RecordMetadata
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
@@ -28,7 +29,7 @@ from services.settings import Settings
 from services.topics import DEAD_LETTERS, table_name
 from services.worker.metrics import Metrics
 from services.worker.positions import POSITION_KEY_PREFIX, position_key
-from services.worker.runner import Incoming, ProcessRunner
+from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,11 @@ faust_aiokafka.Producer._settings_extra = _idempotent_settings  # type: ignore[m
 
 
 @contextmanager
-def _in_event(event: Any) -> Iterator[None]:
-    """Make ``event`` Faust's current event: its table reads and writes use its partition."""
-    token = _current_event.set(weakref.ref(event) if event is not None else None)
+def _in_partition(partition: int) -> Iterator[None]:
+    """Faust's stores take the partition of a key from the current event: make it one of
+    ``partition``."""
+    origin = _PartitionOrigin(partition)
+    token = _current_event.set(weakref.ref(origin))  # type: ignore[arg-type]
     try:
         yield
     finally:
@@ -62,31 +65,62 @@ class _PartitionOrigin:
         self.message = SimpleNamespace(partition=partition)
 
 
+SendTo = Callable[[str, bytes, bytes, int], Awaitable[Awaitable[RecordMetadata]]]
+"""Queue a record for one partition of a topic; the awaited result is its delivery future."""
+
+
 class FaustTable:
-    """A Faust table seen through the runner's :class:`~services.worker.runner.Table` port."""
+    """A Faust table seen through the runner's :class:`~services.worker.runner.Table` port.
 
-    def __init__(self, table: Any) -> None:
+    Writes do not go through Faust's ``table[key] = value``: that applies the value to the
+    local RocksDB at once and sends the changelog record later, so a SIGKILL in between
+    leaves a local store AHEAD of its changelog. Faust then recovers by re-applying the
+    changelog records after the offset it has persisted locally, which puts the keys those
+    records touch back to older values while other keys keep newer ones: a saga found at an
+    older state than the position stored for its partition (RELIABILITY.md, run
+    021116af19). Here the changelog comes first: a batch's records are sent and
+    acknowledged, then applied locally, then the changelog offset they reached is persisted
+    (the local store is never ahead of the changelog, and re-applying any suffix of the
+    changelog over it gives the changelog's own state).
+    """
+
+    def __init__(self, table: Any, send_to: SendTo) -> None:
         self.table = table
+        self._send_to = send_to
 
-    def load(self, key: str, origin: Any) -> bytes | None:
-        with _in_event(origin):
-            value: bytes | None = self.table.get(key.encode())
+    def load(self, key: str, partition: int) -> bytes | None:
+        with _in_partition(partition):
+            value: bytes | None = self.table.data.get(key.encode())
             return value
 
-    def store(self, key: str, value: bytes, origin: Any) -> None:
-        with _in_event(origin):
-            self.table[key.encode()] = value
-
     def load_position(self, topic: str, partition: int) -> int | None:
-        raw = self.load(position_key(topic, partition), _PartitionOrigin(partition))
+        raw = self.load(position_key(topic, partition), partition)
         return None if raw is None else int(raw)
 
-    def store_position(self, topic: str, partition: int, offset: int, origin: Any) -> None:
-        self.store(position_key(topic, partition), str(offset).encode(), origin)
+    async def write(self, states: Sequence[StateWrite], positions: Positions) -> None:
+        writes = [(s.key.encode(), s.value, s.partition) for s in states]
+        writes += [
+            (position_key(topic, partition).encode(), str(offset).encode(), partition)
+            for (topic, partition), offset in positions.items()
+        ]
+        if not writes:
+            return
+        changelog = self.table.changelog_topic.get_topic_name()
+        futures = [await self._send_to(changelog, k, v, p) for k, v, p in writes]
+        acked = await asyncio.gather(*futures)
+        store = self.table.data
+        for key, value, partition in writes:
+            with _in_partition(partition):
+                store[key] = value
+        reached: dict[int, int] = {}
+        for meta in acked:
+            reached[meta.partition] = max(meta.offset, reached.get(meta.partition, -1))
+        for partition, offset in reached.items():
+            store.set_persisted_offset(TP(changelog, partition), offset)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every key's state (positions left out)."""
-        for key, value in self.table.items():
+        for key, value in self.table.data.items():
             text = key.decode()
             if not text.startswith(POSITION_KEY_PREFIX):
                 yield text, value
@@ -136,6 +170,9 @@ def _register(
     async def send(topic_name: str, key: bytes, value: bytes) -> Any:
         return await app.producer.send(topic_name, key, value, None, None, None)
 
+    async def send_to(topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
+        return await app.producer.send(topic_name, key, value, partition, None, None)
+
     async def seek(topic_name: str, partition: int, offset: int) -> None:
         await app.consumer.seek(TP(topic_name, partition), offset)
 
@@ -144,7 +181,7 @@ def _register(
 
     runner = ProcessRunner(
         process=process,
-        table=FaustTable(table),
+        table=FaustTable(table, send_to),
         send=send,
         topic_for=settings.topic,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
@@ -166,7 +203,6 @@ def _register(
                     offset=e.message.offset,
                     key=e.key,
                     value=e.value,
-                    origin=e,
                 )
                 for e in events
             ]

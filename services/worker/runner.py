@@ -7,9 +7,11 @@ replays the batch on the old states, which re-creates the very same messages (id
 sequence numbers derive from their cause), and consumers drop the copies. A crash after
 the store finds the ids in the dedupe window: nothing is decided twice.
 
-Last, the batch's input positions are stored (see :mod:`services.worker.positions`): where
-each partition resumes comes from the table, not from Faust's committed offset, so no
-record is skipped whatever the consumer group's bookkeeping does.
+The batch's input positions are stored with its states, after them (see
+:mod:`services.worker.positions`): where each partition resumes comes from the table, not
+from Faust's committed offset, so no record is skipped whatever the consumer group's
+bookkeeping does. The table makes one batch's writes durable in their order (see
+:meth:`Table.write`), so a position never outruns a state it covers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -60,22 +62,35 @@ class Incoming:
     offset: int
     key: bytes | None
     value: bytes | None
-    origin: Any = None
-    """The Faust event it came from: table reads and writes for its key use its partition."""
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """A key's new state, stored in the table partition of the input partition it came in on
+    (the record's key chose that partition, so every record of the key comes there)."""
+
+    key: str
+    value: bytes
+    partition: int
+
+
+Positions = Mapping[tuple[str, int], int]
+"""Per (input topic, partition): the next offset to process."""
 
 
 class Table(Protocol):
-    """Per-key state storage; ``origin`` tells a partitioned store where the key lives.
+    """Per-key state storage, partitioned like the input topic; it also keeps each input
+    partition's position, in that partition's part of the store."""
 
-    It also keeps each input partition's position, in that partition's part of the store."""
-
-    def load(self, key: str, origin: Any) -> bytes | None: ...
-
-    def store(self, key: str, value: bytes, origin: Any) -> None: ...
+    def load(self, key: str, partition: int) -> bytes | None: ...
 
     def load_position(self, topic: str, partition: int) -> int | None: ...
 
-    def store_position(self, topic: str, partition: int, offset: int, origin: Any) -> None: ...
+    async def write(self, states: Sequence[StateWrite], positions: Positions) -> None:
+        """Store a batch's states, then its positions. Returns once they are durable; a
+        crash at any moment must leave, per partition, a prefix of these writes in order
+        (never a position without the states before it)."""
+        ...
 
 
 class DictTable(dict[str, bytes]):
@@ -85,17 +100,15 @@ class DictTable(dict[str, bytes]):
         super().__init__()
         self.positions: dict[tuple[str, int], int] = {}
 
-    def load(self, key: str, origin: Any) -> bytes | None:
+    def load(self, key: str, partition: int) -> bytes | None:
         return self.get(key)
-
-    def store(self, key: str, value: bytes, origin: Any) -> None:
-        self[key] = value
 
     def load_position(self, topic: str, partition: int) -> int | None:
         return self.positions.get((topic, partition))
 
-    def store_position(self, topic: str, partition: int, offset: int, origin: Any) -> None:
-        self.positions[(topic, partition)] = offset
+    async def write(self, states: Sequence[StateWrite], positions: Positions) -> None:
+        self.update((s.key, s.value) for s in states)
+        self.positions.update(positions)
 
 
 @dataclass
@@ -129,15 +142,15 @@ class ProcessRunner:
         entries = ((k, self._codec.model_validate_json(raw).next_deadline()) for k, raw in items)
         self.deadlines.rebuild(entries, monotonic_now)
 
-    def load(self, key: str, origin: Any = None) -> Record[Any] | None:
-        raw = self.table.load(key, origin)
+    def load(self, key: str, partition: int) -> Record[Any] | None:
+        raw = self.table.load(key, partition)
         return None if raw is None else self._codec.model_validate_json(raw)
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
         """Process a batch; when it raises, nothing of it was stored and it may be retried."""
         plan = self.positions.plan(batch, self.monotonic())
         fresh: dict[str, Record[Any]] = {}
-        origins: dict[str, Any] = {}
+        partitions: dict[str, int] = {}
         outbound: list[_Encoded] = []
         dead: list[DeadLetter] = []
         now = self.clock()
@@ -151,15 +164,17 @@ class ProcessRunner:
                 dead.append(self._letter(record, too_large))
                 continue
             fresh[result.record_key] = result.result.record
-            origins[result.record_key] = record.origin
+            partitions[result.record_key] = record.partition
             outbound.extend(encoded)
         decided = time.perf_counter()
         await self._publish(outbound, dead)
         published = time.perf_counter()
+        states = [StateWrite(key, rec.encode(), partitions[key]) for key, rec in fresh.items()]
+        await self.table.write(states, self._positions_to_store(plan, batch))
         for key, rec in fresh.items():
-            self.table.store(key, rec.encode(), origins[key])
             self.deadlines.schedule(key, rec.next_deadline())
-        self._store_positions(plan, batch)
+        self._count_skipped(plan)
+        self.positions.commit(plan)
         await self._rewind(plan)
         name = self.process.name
         self.metrics.inc(name, "batches")
@@ -168,17 +183,17 @@ class ProcessRunner:
         self.metrics.add_time(name, "publish", published - decided)
         self.metrics.add_time(name, "store", time.perf_counter() - published)
 
-    def _store_positions(self, plan: Plan, batch: Sequence[Incoming]) -> None:
-        """After the states: a position never covers a record whose effects are not stored."""
-        last: dict[tuple[str, int], Incoming] = {}
-        for record, verdict in zip(batch, plan.verdicts, strict=True):
-            if verdict == "process":
-                last[(record.topic, record.partition)] = record
-        for (topic, partition), offset in plan.next_offsets().items():
-            if (topic, partition) in last:
-                origin = last[(topic, partition)].origin
-                self.table.store_position(topic, partition, offset, origin)
-        self.positions.commit(plan)
+    @staticmethod
+    def _positions_to_store(plan: Plan, batch: Sequence[Incoming]) -> Positions:
+        """The partitions this batch processed something of moved on; the others did not."""
+        processed = {
+            (record.topic, record.partition)
+            for record, verdict in zip(batch, plan.verdicts, strict=True)
+            if verdict == "process"
+        }
+        return {tp: offset for tp, offset in plan.next_offsets().items() if tp in processed}
+
+    def _count_skipped(self, plan: Plan) -> None:
         name = self.process.name
         for verdict in ("replayed", "stale"):
             if n := plan.verdicts.count(verdict):
@@ -241,7 +256,7 @@ class ProcessRunner:
             if incoming.key != key.encode():
                 shown = incoming.key[:60].decode(errors="replace")
                 raise ContractError(f"record key {shown!r} differs from envelope key {key!r}")
-            current = fresh.get(key) or self.load(key, incoming.origin)
+            current = fresh.get(key) or self.load(key, incoming.partition)
             result = step(self.process, current, envelope, now, self.seen_window)
         except ContractError as exc:
             self.metrics.inc(name, "invalid")

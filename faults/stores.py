@@ -1,0 +1,90 @@
+"""What a worker's local table store would recover to, judged against its changelog.
+
+After a crash Faust does not rebuild a table partition from its changelog: it keeps the
+local RocksDB and re-applies the changelog records from the offset stored in that RocksDB
+(the "persisted offset") on top. That is right only if the local store never holds a write
+the changelog lacks. If it does (a write applied locally whose changelog record was still
+in the producer's buffer when the process died), the re-applied records put some keys back
+to older values while other keys keep newer ones: a mix no moment of the worker ever had.
+
+:func:`recovery_mismatches` does what Faust's recovery does, on the files a killed worker
+left, and compares the result with the changelog read to its end: they must be equal.
+Run it while no worker holds the store (after a SIGKILL, before the restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import AccessType, Options, Rdict
+
+from faults.topics import read_topic
+
+PERSISTED_OFFSET_KEY = b"__faust\x00offset__"
+"""Where Faust's RocksDB store keeps the last changelog offset it holds
+(``Store.offset_key`` in faust/stores/rocksdb.py)."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    table: str
+    partition: int
+    key: bytes
+    recovered: bytes | None
+    changelog: bytes | None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.table}[{self.partition}] key {self.key[:80]!r}: recovery gives "
+            f"{_short(self.recovered)}, the changelog's last value is {_short(self.changelog)}"
+        )
+
+
+def _short(value: bytes | None) -> str:
+    if value is None:
+        return "nothing"
+    return repr(value[:160]) + ("..." if len(value) > 160 else "")
+
+
+def read_local(path: Path) -> tuple[dict[bytes, bytes], int | None]:
+    """A table partition's RocksDB (read-only; its write-ahead log is replayed in memory):
+    every key's value, and the persisted offset."""
+    db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+    try:
+        items = {bytes(k): bytes(v) for k, v in db.items()}  # type: ignore[arg-type]
+    finally:
+        db.close()
+    raw = items.pop(PERSISTED_OFFSET_KEY, None)
+    return items, None if raw is None else int(raw)
+
+
+async def recovery_mismatches(
+    bootstrap: str, tables_dir: Path, app_id: str, table: str
+) -> list[Mismatch]:
+    """Every key of ``table`` whose value after Faust's recovery would differ from the last
+    value its changelog holds."""
+    changelog = f"{app_id}-{table}-changelog"
+    records = await read_topic(bootstrap, changelog)
+    partitions = {r.partition for r in records} | {
+        int(p.name.removesuffix(".db").rsplit("-", 1)[1]) for p in tables_dir.glob(f"{table}-*.db")
+    }
+    found: list[Mismatch] = []
+    for partition in sorted(partitions):
+        mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
+        path = tables_dir / f"{table}-{partition}.db"
+        recovered, persisted = read_local(path) if path.exists() else ({}, None)
+        last: dict[bytes, bytes | None] = {}
+        for r in mine:
+            assert r.key is not None, f"{changelog}[{partition}]@{r.offset} has no key"
+            last[r.key] = r.value
+            # Faust seeks to the persisted offset itself (not past it) and applies from there.
+            if persisted is None or r.offset >= persisted:
+                if r.value is None:
+                    recovered.pop(r.key, None)
+                else:
+                    recovered[r.key] = r.value
+        for key in sorted(set(recovered) | {k for k, v in last.items() if v is not None}):
+            if recovered.get(key) != last.get(key):
+                found.append(Mismatch(table, partition, key, recovered.get(key), last.get(key)))
+    return found
