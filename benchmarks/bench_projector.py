@@ -26,11 +26,11 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
 from aiokafka import AIOKafkaConsumer
 
 from benchmarks.common import delete_topics, git_rev, machine
+from readside.queries import counters
+from runtime.settings import Settings
+from runtime.topics import EVENTS, create_topics
 from services.projector.offsets import topic_partitions
 from services.projector.runner import Projector
-from services.readmodels.queries import counters
-from services.settings import Settings
-from services.topics import EVENTS, create_topics
 from tests.integration.golden import golden_events
 from tests.integration.readside import (
     PG_URL,

@@ -42,10 +42,10 @@ from sqlalchemy.exc import OperationalError
 
 from benchmarks.bench_projector import raw_consume_rate
 from benchmarks.common import delete_topics, git_rev, machine
+from readside.migrate import upgrade
+from runtime.settings import Settings
+from runtime.topics import EVENTS, create_topics
 from services.projector.runner import Projector
-from services.readmodels.migrate import upgrade
-from services.settings import Settings
-from services.topics import EVENTS, create_topics
 from tests.integration.harness import settings_env
 from tests.integration.readside import PG_URL, applied_offsets, read_engine
 from tests.spark.history import order_history
@@ -171,7 +171,7 @@ def rebuild(settings: Settings, url: str, events: int, log: Path) -> float:
     started = time.perf_counter()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "rebuild"],
+            [sys.executable, "-m", "sagaline.cli", "rebuild"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.settings import Settings
-from services.topics import declared_topics
+from runtime.settings import Settings
+from runtime.topics import declared_topics
 
 
 def machine() -> str:

@@ -20,10 +20,10 @@ from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
 from faults.stack import Stack, create_database, cycle_settings, drop_database
 from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
+from readside import codec, queries, schema
+from readside.engine import create_read_engine
+from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS, changelog_topic
 from sagas.messages import ContractError, Envelope
-from services.readmodels import codec, queries, schema
-from services.readmodels.engine import create_read_engine
-from services.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS, changelog_topic
 
 PRODUCTS = 4
 STOCK_START = 400

@@ -25,7 +25,7 @@ from faults.procs import ABORT, Broker, Service
 from faults.procs import pause as pause_unless_aborted
 from faults.stack import SESSION_TIMEOUT_S, Stack
 from faults.stores import Mismatch, recovery_mismatches
-from services.topics import PROCESS_CHANNELS, table_name
+from runtime.topics import PROCESS_CHANNELS, table_name
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
 

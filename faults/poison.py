@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from services.topics import EVENTS, INVENTORY, ORDER_SAGA, PAYMENT
+from runtime.topics import EVENTS, INVENTORY, ORDER_SAGA, PAYMENT
 
 POISON_KINDS = (
     "not-utf8",

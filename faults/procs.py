@@ -40,7 +40,7 @@ def _die_with_parent() -> None:
 
 
 class Service:
-    """``python -m services.cli <command>`` as a real process that faults can hit."""
+    """``python -m sagaline.cli <command>`` as a real process that faults can hit."""
 
     def __init__(self, command: str, env: dict[str, str], log_dir: Path) -> None:
         self.command = command
@@ -59,7 +59,7 @@ class Service:
         self.log = self.log_dir / f"{self.command}-{self.starts}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", self.command],
+                [sys.executable, "-m", "sagaline.cli", self.command],
                 env=self.env,
                 cwd=REPO,
                 stdout=out,

@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from faults.procs import REPO, Service
-from services.settings import Settings
+from runtime.settings import Settings
 
 PG_URL = os.environ.get(
     "SAGALINE_FAULTS_PG_URL",
@@ -107,7 +107,7 @@ def run_cli(env: dict[str, str], log: Path, *args: str) -> None:
     """A one-shot ``sagaline`` command (topics create, db upgrade); raises if it fails."""
     with open(log, "ab") as out:
         subprocess.run(
-            [sys.executable, "-m", "services.cli", *args],
+            [sys.executable, "-m", "sagaline.cli", *args],
             env=env,
             cwd=REPO,
             stdout=out,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.topics import topic_partitions
+from runtime.topics import topic_partitions
 from services.worker.positions import parse_position_key
 
 

@@ -1,6 +1,6 @@
 """Alembic environment: runs the migrations against ``sqlalchemy.url`` (or a given connection).
 
-The engine comes from :func:`services.readmodels.engine.create_read_engine`, so SQLite gets
+The engine comes from :func:`readside.engine.create_read_engine`, so SQLite gets
 the same pragmas (WAL, busy timeout) as the API and the projector.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from services.readmodels.engine import create_read_engine
-from services.readmodels.schema import metadata
+from readside.engine import create_read_engine
+from readside.schema import metadata
 
 config = context.config
 

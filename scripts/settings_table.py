@@ -4,7 +4,7 @@ README.md in place of the table there."""
 import sys
 from pathlib import Path
 
-from services.settings import Settings
+from runtime.settings import Settings
 
 HEADER = "| Variable | Default | Meaning |"
 

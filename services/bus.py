@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
+from runtime.settings import Settings
 from sagas.messages import Envelope
-from services.settings import Settings
 
 
 @dataclass(frozen=True)

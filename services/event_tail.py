@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer
 
+from runtime.settings import Settings
+from runtime.topics import EVENTS, topic_partitions
 from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
 from sagas.messages import ContractError, Envelope
-from services.settings import Settings
-from services.topics import EVENTS, topic_partitions
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The projector keeps its position in memory between batches (it re-reads its checkpoints only
 at start and after a failed batch). At the swap its position equals the checkpoints it last
 committed, which may be past the rebuild's end offsets. Those events are applied to the
-rebuilt models with the projector's own :func:`~services.projector.batch.apply_batch`, in
+rebuilt models with the projector's own :func:`~readside.batch.apply_batch`, in
 the swap's transaction, so the swapped-in models and checkpoints stand exactly where the
 projector's next batch starts: nothing applied twice, nothing skipped.
 """
@@ -18,8 +18,8 @@ from datetime import datetime
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import Connection
 
-from services.projector.batch import Batch, apply_batch
-from services.projector.triage import Positioned, Rejected, triage
+from readside.batch import Batch, apply_batch
+from readside.triage import Positioned, Rejected, triage
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlalchemy import Engine, Table
 
-from services.readmodels import store
-from services.settings import Settings, get_settings
-from services.topics import EVENTS
+from readside import store
+from runtime.settings import Settings, get_settings
+from runtime.topics import EVENTS
 from spark_projections import catchup, guard, pipeline, staging, swap
 from spark_projections.progress import Emit, Progress, summary_lines
 from spark_projections.progress import print_line as _print

@@ -1,4 +1,4 @@
-"""Native mirror of :func:`services.readmodels.limits.unstorable_reason`: does an event fit
+"""Native mirror of :func:`readside.limits.unstorable_reason`: does an event fit
 the read-model columns? Lengths and precisions come from the same SQLAlchemy columns.
 
 Only the fast route uses this (see :mod:`spark_projections.parse`); a record that fails it
@@ -14,11 +14,11 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from sqlalchemy import Numeric, String
 
+from readside import schema
+from readside.limits import MAX_INT
 from sagas.contracts.orders import OrderPlaced
 from sagas.ids import COMMAND_ID_PREFIX
 from sagas.projections.rows import ORDER, PRODUCT
-from services.readmodels import schema
-from services.readmodels.limits import MAX_INT
 
 
 def fits() -> Column:

@@ -11,7 +11,7 @@ sequence order, as aggregates (the unit tests compare each with the Python fold)
 
 As in :func:`sagas.projections.entity.fold_entity`, an event of an unknown type takes its
 sequence (positions) but touches no row and no timeline. Output columns are named and typed
-like the SQL tables (:mod:`services.readmodels.schema`).
+like the SQL tables (:mod:`readside.schema`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Kafka records -> well-formed domain events, or rejects with the projector's reason.
 
 Which records are well-formed is decided by the online projector's own
-:func:`services.projector.triage.triage` (envelope and payload contracts, domain-event
+:func:`readside.triage.triage` (envelope and payload contracts, domain-event
 metadata, record key, column limits). Running it in Python on every record would cost most
 of the time budget, so each record first goes through native checks (:func:`vouched`) that
 accept it only when the projector certainly would, with the very values Spark parsed:
@@ -303,7 +303,7 @@ def _triage(
     rejected, or the envelope as the projector stores it and in normalized form, and why
     the projector dead-letters it all the same (an unknown type)."""
     import sagas.contracts  # noqa: F401  (registers every contract in the worker)
-    from services.projector.triage import Rejected, triage, unknown_type_reason
+    from readside.triage import Rejected, triage, unknown_type_reason
 
     # Spark hands binary over as bytearray; the projector sees bytes (its reasons print them).
     key = None if key is None else bytes(key)

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlalchemy import Table
 
-from services.readmodels import schema
+from readside import schema
 from spark_projections import analytics, gate, models, parse, tables
 
 

@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from pyspark.sql import DataFrame, SparkSession
 
-from services.topics import topic_partitions
+from runtime.topics import topic_partitions
 
 
 @dataclass(frozen=True)

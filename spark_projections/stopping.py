@@ -1,4 +1,4 @@
-"""``sagaline rebuild`` with a bounded stop (see :mod:`services.shutdown`).
+"""``sagaline rebuild`` with a bounded stop (see :mod:`runtime.shutdown`).
 
 SIGTERM or SIGINT interrupts the run where it is (a Spark action, the pause, the swap
 transaction, which then rolls back): the ``finally`` blocks stop the session, empty the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import signal
 
-from services.settings import Settings
-from services.shutdown import EXIT_UNFINISHED, Watchdog, on_stop_signals
+from runtime.settings import Settings
+from runtime.shutdown import EXIT_UNFINISHED, Watchdog, on_stop_signals
 from spark_projections.job import Summary, run
 from spark_projections.session import stop_jvm
 

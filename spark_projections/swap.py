@@ -29,8 +29,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, delete, event, insert, select, text
 from sqlalchemy.exc import DBAPIError
 
-from services.readmodels import schema, store
-from services.readmodels.engine import create_read_engine
+from readside import schema, store
+from readside.engine import create_read_engine
 from spark_projections import catchup, staging, tables
 from spark_projections.read import Offsets
 

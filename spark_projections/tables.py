@@ -1,6 +1,6 @@
 """Tables only the rebuild writes (created by migration ``0002_rebuild``).
 
-Kept apart from :mod:`services.readmodels.schema` (the projector's tables); the migration
+Kept apart from :mod:`readside.schema` (the projector's tables); the migration
 is hand-written to match this metadata, and a test compares the two.
 """
 

@@ -14,7 +14,7 @@ PID_DIR="${1:-.local/logs}"
 WAIT_S="${SAGALINE_STOP_WAIT_S:-12}"
 COMPONENTS=(api projector worker)
 
-# True when pid runs `... sagaline COMPONENT ...` or `... -m services.cli COMPONENT ...`.
+# True when pid runs `... sagaline COMPONENT ...` or `... -m sagaline.cli COMPONENT ...`.
 # A zombie has an empty cmdline: it counts as gone.
 ours() {
   local pid="$1" component="$2" i
@@ -23,7 +23,7 @@ ours() {
   mapfile -d '' args <"/proc/${pid}/cmdline" 2>/dev/null || return 1
   for ((i = 0; i + 1 < ${#args[@]}; i++)); do
     case "${args[i]}" in
-      sagaline | */sagaline | services.cli)
+      sagaline | */sagaline | sagaline.cli)
         [[ "${args[i + 1]}" == "$component" ]] && return 0 ;;
     esac
   done

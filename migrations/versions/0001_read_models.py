@@ -3,7 +3,7 @@
 Orders (and the customer history index), product stock, saga timeline, entity positions,
 held events, checkpoints, counters and command receipts.
 
-Hand-written to match services/readmodels/schema.py; a test compares the migrated database
+Hand-written to match readside/schema.py; a test compares the migrated database
 with that metadata on PostgreSQL and SQLite.
 
 Revision ID: 0001

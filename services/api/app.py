@@ -13,15 +13,15 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from readside.engine import create_read_engine
+from readside.migrate import is_migrated
+from runtime.settings import Settings
 from services.api import orders, products, queries
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.errors import documented, install_error_handlers
+from services.api.freshness import ReadWatch, database_probe
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
-from services.readmodels.engine import create_read_engine
-from services.readmodels.freshness import ReadWatch, database_probe
-from services.readmodels.migrate import is_migrated
-from services.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from runtime.settings import Settings
 from services.bus import CommandBus
-from services.settings import Settings
 
 
 def get_bus(request: Request) -> CommandBus:

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Path
 from pydantic import BaseModel, Field
 
+from runtime.topics import ORDER_SAGA
 from sagas.contracts.orders import CancelOrder
 from sagas.ids import external_command_id
 from services.api.body import StrictJsonRoute
@@ -14,7 +15,6 @@ from services.api.commands import Accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.errors import documented
 from services.api.requests import ENTITY_ID, TEXT, OrderRequest
-from services.topics import ORDER_SAGA
 
 router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
 

@@ -6,12 +6,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Path
 
+from runtime.topics import INVENTORY
 from services.api.body import StrictJsonRoute
 from services.api.commands import Accepted, command_id, dispatch
 from services.api.deps import BusDep
 from services.api.errors import documented
 from services.api.requests import ENTITY_ID, StockRequest
-from services.topics import INVENTORY
 
 router = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
 

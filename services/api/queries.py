@@ -16,16 +16,14 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Requ
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from readside import queries
+from runtime.topics import EVENTS
 from sagas.projections.rows import TimelineRow
 from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
 from services.api.errors import documented
-from services.api.requests import TEXT
-from services.projector.offsets import EndOffsets
-from services.projector.status import projection_status
-from services.readmodels import queries
-from services.readmodels.freshness import ReadWatch
-from services.readmodels.public import (
+from services.api.freshness import ReadWatch
+from services.api.public import (
     CustomerOrders,
     OrderPublic,
     ProjectionStatus,
@@ -33,7 +31,9 @@ from services.readmodels.public import (
     TimelinePublic,
     TimelineStep,
 )
-from services.topics import EVENTS
+from services.api.requests import TEXT
+from services.projector.offsets import EndOffsets
+from services.projector.status import projection_status
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""Uvicorn with a bounded shutdown (see :mod:`services.shutdown`).
+"""Uvicorn with a bounded shutdown (see :mod:`runtime.shutdown`).
 
 Uvicorn stops on SIGTERM/SIGINT by waiting for open connections, then running the app's
 lifespan shutdown (the command bus's Kafka producer, the read-model pool); either can wait
@@ -14,7 +14,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from services.shutdown import Watchdog, on_stop_signals
+from runtime.shutdown import Watchdog, on_stop_signals
 
 UNDONE = (
     "exiting without finishing open requests or closing the command producer and the "

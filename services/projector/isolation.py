@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine, text
 
+from readside.batch import REFUSED_TYPE, Batch, apply_batch
+from readside.triage import Positioned
 from sagas.messages import Envelope
 from sagas.untrusted import bounded
-from services.projector.batch import REFUSED_TYPE, Batch, apply_batch
-from services.projector.triage import Positioned
 
 log = logging.getLogger(__name__)
 

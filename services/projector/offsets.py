@@ -8,7 +8,7 @@ import logging
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from services.topics import topic_partitions
+from runtime.topics import topic_partitions
 
 log = logging.getLogger(__name__)
 

@@ -28,15 +28,15 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
+from readside import queries, store
+from readside.batch import Applied, Batch, apply_batch
+from readside.engine import create_read_engine
+from readside.migrate import is_migrated
+from readside.triage import Positioned, Rejected, triage, unknown_type_reason
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
-from services.projector.batch import Applied, Batch, apply_batch
 from services.projector.isolation import database_answers, refused, without
-from services.projector.triage import Positioned, Rejected, triage, unknown_type_reason
-from services.readmodels import queries, store
-from services.readmodels.engine import create_read_engine
-from services.readmodels.migrate import is_migrated
-from services.settings import Settings
-from services.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from services.worker.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)
@@ -277,10 +277,10 @@ class Projector:
 async def serve(settings: Settings) -> None:
     """``sagaline projector``: run until SIGTERM or SIGINT, then finish the current batch.
 
-    Bounded (see :mod:`services.shutdown`): a stop that hangs on an unreachable broker or
+    Bounded (see :mod:`runtime.shutdown`): a stop that hangs on an unreachable broker or
     database (a batch retried until the database answers) ends after the grace period.
     """
-    from services.shutdown import Watchdog  # only this entrypoint needs it
+    from runtime.shutdown import Watchdog  # only this entrypoint needs it
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

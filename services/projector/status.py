@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
+from readside import queries
+from services.api.public import PartitionStatus, ProjectionStatus
 from services.projector.offsets import EndOffsets
-from services.readmodels import queries
-from services.readmodels.public import PartitionStatus, ProjectionStatus
 
 
 async def projection_status(

@@ -1,4 +1,4 @@
-"""The Faust worker with a bounded shutdown (see :mod:`services.shutdown`).
+"""The Faust worker with a bounded shutdown (see :mod:`runtime.shutdown`).
 
 mode's ``Worker`` installs its own SIGTERM/SIGINT handlers on the event loop and stops the
 app from there; with the broker gone that stop can wait forever (aiokafka's fetcher never
@@ -12,7 +12,7 @@ from typing import Any
 
 import faust
 
-from services.shutdown import Watchdog
+from runtime.shutdown import Watchdog
 
 UNDONE = (
     "exiting without a final offset commit (broker unreachable?) — nothing is lost: "

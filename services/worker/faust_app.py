@@ -21,12 +21,12 @@ from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, table_name
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
-from services.settings import Settings
-from services.topics import DEAD_LETTERS, table_name
 from services.worker.metrics import Metrics
 from services.worker.positions import POSITION_KEY_PREFIX, position_key
 from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite

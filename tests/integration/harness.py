@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 
 from faults.topics import Raw, read_topic
+from runtime.settings import Settings
+from runtime.topics import create_topics
 from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from services.settings import Settings
-from services.topics import create_topics
 
 BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -96,7 +96,7 @@ class ServiceProcess:
         self.log = self.log_dir / f"{self.command}-{self.settings.app_id}-{self.starts}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", self.command],
+                [sys.executable, "-m", "sagaline.cli", self.command],
                 env=settings_env(self.settings),
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -21,12 +21,12 @@ from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from readside import codec, schema, store
+from readside.engine import create_read_engine
+from readside.migrate import upgrade
+from runtime.settings import Settings
+from runtime.topics import EVENTS
 from sagas.messages import Envelope
-from services.readmodels import codec, schema, store
-from services.readmodels.engine import create_read_engine
-from services.readmodels.migrate import upgrade
-from services.settings import Settings
-from services.topics import EVENTS
 from tests.integration.harness import ServiceProcess
 
 PG_URL = os.environ.get(

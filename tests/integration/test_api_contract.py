@@ -31,12 +31,12 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from sqlalchemy import create_engine
 
+from readside import store
+from readside.migrate import upgrade
+from runtime.settings import Settings
+from runtime.topics import create_topics, declared_topics
 from services.api.app import create_api
 from services.api.queries import MAX_WAIT_S, TOKEN_PATTERN
-from services.readmodels import store
-from services.readmodels.migrate import upgrade
-from services.settings import Settings
-from services.topics import create_topics, declared_topics
 from tests.integration.harness import broker_reachable, free_port, isolated_settings
 
 pytestmark = pytest.mark.integration

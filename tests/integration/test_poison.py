@@ -24,11 +24,11 @@ import pytest_asyncio
 from aiokafka import AIOKafkaProducer
 from sqlalchemy import Engine
 
+from readside import queries, store
+from runtime.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import SCHEMA_VERSION, Envelope
-from services.readmodels import queries, store
-from services.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
 from services.worker.deadletter import DeadLetter
 from tests.integration.golden import T0
 from tests.integration.harness import Stack, isolated_settings, read_all, running_stack

@@ -19,13 +19,13 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer
 from sqlalchemy import Engine
 
+from readside import queries
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, EVENTS, create_topics
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import Envelope
 from services.projector.runner import Projector
-from services.readmodels import queries
-from services.settings import Settings
-from services.topics import DEAD_LETTERS, EVENTS, create_topics
 from services.worker.deadletter import DeadLetter
 from tests.integration.golden import T0, expected_rows, golden_events, scrambled
 from tests.integration.harness import broker_reachable, isolated_settings

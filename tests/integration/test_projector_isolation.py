@@ -2,7 +2,7 @@
 is applied, its sequence counts, and a database that does not answer blames no event.
 
 The refusal is a trigger the test adds (``orders.order_id = 'o003'`` is refused): a
-stand-in for any value the column checks in ``services/readmodels/limits.py`` did not
+stand-in for any value the column checks in ``readside/limits.py`` did not
 foresee. No Kafka here: the batch goes straight to :mod:`services.projector.isolation`.
 """
 
@@ -18,13 +18,13 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from services.projector.batch import Batch, apply_batch
+from readside import queries, store
+from readside.batch import Batch, apply_batch
+from readside.triage import Positioned
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, EVENTS, create_topics
 from services.projector.isolation import REFUSED_TYPE, refused, trial, without
 from services.projector.runner import Projector
-from services.projector.triage import Positioned
-from services.readmodels import queries, store
-from services.settings import Settings
-from services.topics import DEAD_LETTERS, EVENTS, create_topics
 from services.worker.deadletter import DeadLetter
 from tests.integration.golden import T0, expected_rows, golden_events
 from tests.integration.harness import broker_reachable, isolated_settings, read_all

@@ -23,14 +23,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from fastapi import FastAPI
 
+from readside.migrate import is_migrated
+from readside.schema import metadata
+from runtime.settings import Settings
+from runtime.topics import create_topics
 from sagas.projections.listing import customer_history
 from sagas.projections.rows import OrderRow
 from services.api.app import create_api
 from services.projector.runner import Projector
-from services.readmodels.migrate import is_migrated
-from services.readmodels.schema import metadata
-from services.settings import Settings
-from services.topics import create_topics
 from tests.integration.harness import Worker, broker_reachable, isolated_settings
 from tests.integration.readside import BACKENDS, fresh_database, read_engine
 
@@ -139,7 +139,7 @@ async def test_db_upgrade_command_migrates_and_can_run_again(tmp_path: Path) -> 
     env = dict(os.environ, SAGALINE_DATABASE_URL=f"sqlite:///{tmp_path / 'sub' / 'read.db'}")
     for _ in range(2):  # the second run finds the schema at head and changes nothing
         done = subprocess.run(
-            [sys.executable, "-m", "services.cli", "db", "upgrade"],
+            [sys.executable, "-m", "sagaline.cli", "db", "upgrade"],
             env=env,
             capture_output=True,
             text=True,

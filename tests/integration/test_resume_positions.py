@@ -17,8 +17,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from services.settings import Settings
-from services.topics import ORDER_SAGA, topic_partitions
+from runtime.settings import Settings
+from runtime.topics import ORDER_SAGA, topic_partitions
 from tests.integration.harness import Stack, isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration]

@@ -28,10 +28,10 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from services.readmodels.migrate import upgrade
-from services.settings import Settings
-from services.shutdown import EXIT_UNFINISHED
-from services.topics import TopicMismatch, check_topics, create_topics
+from readside.migrate import upgrade
+from runtime.settings import Settings
+from runtime.shutdown import EXIT_UNFINISHED
+from runtime.topics import TopicMismatch, check_topics, create_topics
 from spark_projections import guard
 from spark_projections.session import REPO_ROOT
 from tests.integration.harness import ServiceProcess, free_port, isolated_settings, settings_env
@@ -389,7 +389,7 @@ def test_a_rebuild_stopped_midway_exits_in_time_without_its_jvm_or_its_lock(
     env = settings_env(settings) | {"SAGALINE_REBUILD_PAUSE_BEFORE_SWAP_S": "300"}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "rebuild"],
+            [sys.executable, "-m", "sagaline.cli", "rebuild"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

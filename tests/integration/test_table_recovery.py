@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from faults.stores import recovery_mismatches
-from services.topics import PROCESS_CHANNELS, table_name
+from runtime.topics import PROCESS_CHANNELS, table_name
 from tests.integration.harness import Stack, isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.topics import TopicMismatch, check_topics, create_topics
+from runtime.topics import TopicMismatch, check_topics, create_topics
 from tests.integration.harness import isolated_settings
 
 pytestmark = [pytest.mark.integration]

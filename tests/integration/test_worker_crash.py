@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.topics import create_topics
+from runtime.topics import create_topics
 from tests.integration.harness import isolated_settings, running_stack, settings_env
 
 pytestmark = [pytest.mark.integration]
@@ -54,7 +54,7 @@ async def test_worker_refuses_to_start_when_partition_counts_differ(tmp_path: Pa
     wrong = settings.model_copy(update={"partitions": 6})
     result = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "services.cli", "worker"],
+        [sys.executable, "-m", "sagaline.cli", "worker"],
         env=settings_env(wrong),
         capture_output=True,
         text=True,

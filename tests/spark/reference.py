@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from readside.triage import Rejected, triage, unknown_type_reason
 from sagas.ids import is_external_command_id
 from sagas.messages import Envelope
 from sagas.projections.entity import is_known
@@ -26,7 +27,6 @@ from sagas.projections.rows import (
     apply_stock,
     timeline_entry,
 )
-from services.projector.triage import Rejected, triage, unknown_type_reason
 
 Record = tuple[int, int, bytes | None, bytes | None]
 

@@ -18,9 +18,9 @@ import pytest
 from pyspark.sql import SparkSession
 from sqlalchemy import select
 
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, EVENTS, create_topics
 from services.projector.runner import Projector
-from services.settings import Settings
-from services.topics import DEAD_LETTERS, EVENTS, create_topics
 from services.worker.deadletter import DeadLetter
 from spark_projections import tables
 from spark_projections.job import run

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from runtime.topics import EVENTS, create_topics
 from services.projector.runner import Projector
-from services.topics import EVENTS, create_topics
 from spark_projections.job import run
 from tests.integration.harness import isolated_settings
 from tests.integration.readside import (

@@ -22,10 +22,10 @@ import pytest
 from pyspark.sql import SparkSession
 from sqlalchemy import inspect
 
+from readside import schema
+from runtime.settings import Settings
+from runtime.topics import create_topics
 from services.api.app import create_api
-from services.readmodels import schema
-from services.settings import Settings
-from services.topics import create_topics
 from spark_projections import staging, swap
 from spark_projections.job import run
 from tests.integration.harness import isolated_settings, settings_env
@@ -41,7 +41,7 @@ def start_rebuild(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         # Its own process group: the kill takes the JVM and the Python workers with it.
         return subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "rebuild"],
+            [sys.executable, "-m", "sagaline.cli", "rebuild"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from services.readmodels import codec
+from readside import codec
 from spark_projections import gate, models, pipeline
 from tests.spark import history
 from tests.spark.compare import assertDataFrameEqual

@@ -14,10 +14,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from readside.triage import Rejected, triage
 from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
 from sagas.messages import Envelope
 from sagas.projections.rows import summarize
-from services.projector.triage import Rejected, triage
 from spark_projections import contract, parse, pipeline
 from spark_projections.summary import FORMATS, summary
 from tests.spark import golden, history

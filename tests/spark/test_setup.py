@@ -9,7 +9,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from services.readmodels.engine import create_read_engine
+from readside.engine import create_read_engine
 from spark_projections import guard, tables
 from spark_projections.session import MissingJars, jar_paths
 from tests.integration.readside import BACKENDS, fresh_database, read_engine

@@ -10,10 +10,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from runtime.settings import Settings
 from services.api.app import create_api
 from services.api.body import MAX_DEPTH, BodyLimit, NotJson, parse_json
 from services.api.requests import LineRequest, OrderRequest, StockRequest
-from services.settings import Settings
 
 pytestmark = pytest.mark.unit
 

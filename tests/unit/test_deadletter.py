@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from services.settings import Settings
+from runtime.settings import Settings
 from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, MAX_REASON_LENGTH, DeadLetter
 
 pytestmark = pytest.mark.unit

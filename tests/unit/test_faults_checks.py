@@ -148,7 +148,7 @@ def test_poison_on_the_event_topic_is_set_aside_by_position() -> None:
 def test_every_poison_is_invalid_where_it_lands(kind: str, channel: str) -> None:
     """Each poison breaks the contract it claims to (so a dead letter is the right answer);
     the one well-formed event of an unknown type is applied as skipped and dead-lettered."""
-    from services.projector.triage import Rejected, triage, unknown_type_reason
+    from readside.triage import Rejected, triage, unknown_type_reason
 
     key, value, expect = build(kind, channel, 1)
     if channel == "events":

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from readside import queries, store
+from readside.batch import Applied, Batch, apply_batch
+from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from sagas.ids import external_command_id
 from sagas.messages import Envelope
 from sagas.projections.entity import fold_entity
 from sagas.projections.listing import customer_history, saga_timeline
-from services.projector import triage as triage_module
-from services.projector.batch import Applied, Batch, apply_batch
+from services.api.freshness import Arrived, ReadWatch
+from readside import triage as triage_module
 from services.projector.status import projection_status
-from services.projector.triage import Positioned, Rejected, triage, unknown_type_reason
-from services.readmodels import queries, store
-from services.readmodels.freshness import Arrived, ReadWatch
 from tests.integration.golden import T0, Expected, expected_rows, golden_events, scrambled
 from tests.integration.readside import fresh_database, read_engine, snapshot
 

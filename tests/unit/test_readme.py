@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import Settings
+from runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from services.shutdown import EXIT_UNFINISHED
+from runtime.shutdown import EXIT_UNFINISHED
 
 pytestmark = pytest.mark.unit
 
 PRELUDE = """
 import logging, os, signal, time
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-from services.shutdown import Watchdog, on_stop_signals
+from runtime.shutdown import Watchdog, on_stop_signals
 watchdog = Watchdog("demo", 0.5, "left the thing undone")
 """
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from readside.limits import unstorable_reason
 from sagas.messages import ContractError, Envelope, Message
 from sagas.projections.entity import is_known
 from sagas.untrusted import bounded
-from services.readmodels.limits import unstorable_reason
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from decimal import Decimal
 
 from sqlalchemy import Column, Numeric, String
 
+from readside import codec, schema
 from sagas.contracts.ledger import LedgerFact
 from sagas.contracts.orders import OrderPlaced
 from sagas.ids import is_external_command_id
 from sagas.messages import Envelope, Message
 from sagas.projections.rows import ORDER, PRODUCT, entity_id
 from sagas.untrusted import encodable
-from services.readmodels import codec, schema
 
 MAX_INT = 2**31 - 1
 

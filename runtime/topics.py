@@ -14,7 +14,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from services.settings import Settings
+from runtime.settings import Settings
 
 # Logical channels: the saga core names these; each maps to one topic.
 ORDER_SAGA = "order-saga"

@@ -9,8 +9,8 @@ from typing import Any
 import click
 import httpx
 
+from runtime.settings import Settings
 from services.api.queries import MAX_WAIT_S
-from services.settings import Settings
 
 
 async def _wait_for_api(http: httpx.AsyncClient, timeout: float) -> None:

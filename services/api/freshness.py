@@ -19,7 +19,7 @@ from typing import Literal
 
 from sqlalchemy import Engine
 
-from services.readmodels import queries
+from readside import queries
 
 log = logging.getLogger(__name__)
 

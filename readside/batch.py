@@ -18,13 +18,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from readside import codec, store
+from readside.triage import Positioned
 from sagas.ids import is_external_command_id
 from sagas.messages import ContractError, Envelope
 from sagas.projections.entity import EntityRow, fold_entity
 from sagas.projections.ordering import Gated, gate
 from sagas.projections.rows import ORDER, PRODUCT, OrderRow, StockRow, TimelineRow
-from services.projector.triage import Positioned
-from services.readmodels import codec, store
 
 log = logging.getLogger(__name__)
 

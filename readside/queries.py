@@ -11,10 +11,10 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
+from readside import codec, schema
+from readside.store import in_chunks
 from sagas.contracts.orders import FINAL_STATUSES
 from sagas.projections.rows import OrderRow, StockRow, TimelineRow
-from services.readmodels import codec, schema
-from services.readmodels.store import in_chunks
 
 
 def get_order(conn: Connection, order_id: str) -> OrderRow | None:

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from services.settings import get_settings
+from runtime.settings import get_settings
 
 
 def _logging() -> None:
@@ -33,7 +33,7 @@ def topics() -> None:
 @topics.command("create")
 def topics_create() -> None:
     """Create every declared topic that does not exist yet (explicit partitions and retention)."""
-    from services.topics import TopicMismatch, create_topics, declared_topics
+    from runtime.topics import TopicMismatch, create_topics, declared_topics
 
     settings = get_settings()
     try:
@@ -48,7 +48,7 @@ def topics_create() -> None:
 @topics.command("check")
 def topics_check() -> None:
     """Exit non-zero when a topic is missing or has another partition count than declared."""
-    from services.topics import TopicMismatch, check_topics
+    from runtime.topics import TopicMismatch, check_topics
 
     try:
         asyncio.run(check_topics(get_settings()))
@@ -61,8 +61,8 @@ def topics_check() -> None:
 def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
     import sagas.contracts  # noqa: F401
-    from services.topics import TopicMismatch, check_topics
-    from services.wiring import build_processes
+    from runtime.topics import TopicMismatch, check_topics
+    from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
     from services.worker.faust_app import create_app
 
@@ -113,7 +113,7 @@ def db_upgrade(revision: str) -> None:
     """Create or migrate the read-model schema (Alembic) at settings.database_url."""
     from sqlalchemy.engine import make_url
 
-    from services.readmodels.migrate import upgrade
+    from readside.migrate import upgrade
 
     url = get_settings().database_url
     upgrade(url, revision)
@@ -125,7 +125,7 @@ def db_upgrade(revision: str) -> None:
 @click.option("--timeout", default=60.0, help="Seconds to wait for the outcomes")
 def demo(url: str | None, timeout: float) -> None:
     """Place a few orders through the API and print how each saga ended."""
-    from services.demo import run_demo
+    from sagaline.demo import run_demo
 
     _logging()
     settings = get_settings()

@@ -11,10 +11,10 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select
 
+from readside import codec, schema
+from readside.upsert import upsert
 from sagas.messages import Envelope
 from sagas.projections.rows import OrderRow, StockRow, TimelineRow
-from services.readmodels import codec, schema
-from services.readmodels.upsert import upsert
 
 # Ids in one IN (...) list; keeps statements small on both backends.
 IN_CHUNK = 1000

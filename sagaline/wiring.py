@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from runtime.settings import Settings
+from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
 from sagas.participants.ledger import CapacityLedger
 from sagas.participants.payment import PaymentGateway, PaymentPolicy
-from services.settings import Settings
-from services.topics import INVENTORY, ORDER_SAGA, PAYMENT
 
 
 def build_processes(settings: Settings) -> list[Process[Any]]:

@@ -1,0 +1,1 @@
+"""What every component runs on: settings, the declared Kafka topics, bounded shutdown."""
