@@ -14,7 +14,9 @@ from faults.poison import PoisonRecord
 from faults.topics import Raw
 from sagas.contracts.orders import FINAL_STATUSES
 from sagas.projections.entity import fold_entity
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from sagas.projections.orders import OrderRow
+from sagas.projections.rows import TimelineRow
+from sagas.projections.stock import StockRow
 
 
 @dataclass(frozen=True)

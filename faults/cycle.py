@@ -24,6 +24,8 @@ from readside import codec, queries, schema
 from readside.engine import create_read_engine
 from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS, changelog_topic
 from sagas.messages import ContractError, Envelope
+from sagas.projections.orders import ORDERS
+from sagas.projections.stock import PRODUCT_STOCK
 
 PRODUCTS = 4
 STOCK_START = 400
@@ -333,12 +335,16 @@ def _read_models(db_url: str, events_topic: str) -> ReadModels:
         with engine.connect() as conn:
             orders = {
                 r.order_id: r
-                for r in (codec.order_row(m._mapping) for m in conn.execute(select(schema.orders)))
+                for r in (
+                    codec.row_of(ORDERS, m._mapping)
+                    for m in conn.execute(select(schema.table_of(ORDERS)))
+                )
             }
             stock = {
                 r.product_id: r
                 for r in (
-                    codec.stock_row(m._mapping) for m in conn.execute(select(schema.product_stock))
+                    codec.row_of(PRODUCT_STOCK, m._mapping)
+                    for m in conn.execute(select(schema.table_of(PRODUCT_STOCK)))
                 )
             }
             timeline = {

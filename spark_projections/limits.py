@@ -18,7 +18,8 @@ from readside import schema
 from readside.limits import MAX_INT
 from sagas.contracts.orders import OrderPlaced
 from sagas.ids import COMMAND_ID_PREFIX
-from sagas.projections.rows import ORDER, PRODUCT
+
+# FIXME entity type constants ['ORDER', 'PRODUCT']
 
 
 def fits() -> Column:

@@ -24,7 +24,8 @@ from pyspark.sql import functions as F
 
 from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
 from sagas.ids import COMMAND_ID_PREFIX
-from sagas.projections.rows import ORDER, PRODUCT
+
+# FIXME entity type constants ['ORDER', 'PRODUCT']
 from spark_projections import contract, gate, limits, parse
 from spark_projections.summary import summary
 

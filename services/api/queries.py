@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request
+from pydantic import BaseModel
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from readside import queries
 from runtime.topics import EVENTS
+from sagas.catalog import SAGA_TYPES, saga_type
+from sagas.projections.declare import SagaType
+from sagas.projections.orders import ORDERS
 from sagas.projections.rows import TimelineRow
+from sagas.projections.stock import PRODUCT_STOCK
 from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
 from services.api.errors import documented
@@ -208,6 +213,8 @@ def _missing(what: str) -> HTTPException:
     )
 
 
+ORDER_SAGA = saga_type(ORDERS.entity_type)
+
 DB_DOWN = "The read-model database is unavailable"
 ERRORS = documented(404, 503, 504, s503=DB_DOWN)
 Id = Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT)]
@@ -230,8 +237,8 @@ async def get_order(
     """An order as projected; with ``?wait=`` it first waits for a final status."""
     await after.applied()
     if after.wait_given:
-        await watch.final(order_id, after.remaining())
-    row = await _read(engine, queries.get_order, order_id)
+        await watch.final(ORDER_SAGA.key(order_id), after.remaining())
+    row = await _read(engine, queries.get_row, ORDERS, order_id)
     if row is None:
         raise _missing(f"order {order_id!r}")
     return OrderPublic.of(row)
@@ -246,7 +253,10 @@ async def customer_orders(
 ) -> CustomerOrders:
     """A customer's most recent orders, newest first."""
     await after.applied()
-    rows = await _read(engine, queries.customer_orders, customer_id, limit)
+    # Newest first, as sagas.projections.listing.customer_history (tests compare the two).
+    rows = await _read(
+        engine, queries.rows_where, ORDERS, "customer_id", customer_id, "created_at", limit
+    )
     if not rows:
         raise _missing(f"orders of customer {customer_id!r}")
     return CustomerOrders(customer_id=customer_id, orders=[OrderPublic.of(r) for r in rows])
@@ -256,7 +266,7 @@ async def customer_orders(
 async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> StockPublic:
     """A product's stock: on hand, reserved, available."""
     await after.applied()
-    row = await _read(engine, queries.get_stock, product_id)
+    row = await _read(engine, queries.get_row, PRODUCT_STOCK, product_id)
     if row is None:
         raise _missing(f"stock of product {product_id!r}")
     return StockPublic.of(row)
@@ -266,23 +276,30 @@ async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> S
 async def get_timeline(saga_id: Id, engine: EngineDep, after: ReadAfterDep) -> TimelinePublic:
     """Every step of a saga, oldest first, and how it ended: why a saga ended as it did."""
     await after.applied()
-    steps, order = await _read(engine, _timeline_and_order, saga_id)
+    steps, saga, row = await _read(engine, _timeline_and_status, saga_id)
     if not steps:
         raise _missing(f"saga {saga_id!r}")
+    status = None if row is None or saga is None else getattr(row, saga.status_column)
     return TimelinePublic(
         saga_id=saga_id,
-        status=None if order is None else order.status,
-        reason=None if order is None else order.reason,
-        final=order is not None and order.final,
+        saga_type=None if saga is None else saga.entity_type,
+        status=status,
+        reason=None if row is None or saga is None else getattr(row, saga.reason_column),
+        final=saga is not None and row is not None and saga.is_final(status),
         steps=[TimelineStep.of(s) for s in steps],
     )
 
 
-def _timeline_and_order(
+def _timeline_and_status(
     conn: Connection, saga_id: str
-) -> tuple[list[TimelineRow], OrderPublic | None]:
-    order = queries.get_order(conn, saga_id)
-    return queries.saga_timeline(conn, saga_id), None if order is None else OrderPublic.of(order)
+) -> tuple[list[TimelineRow], SagaType | None, BaseModel | None]:
+    """The saga's steps, its type (told by its own stream among the steps: the entity whose
+    id is the saga id, of a declared saga type) and its row in that type's read model."""
+    steps = queries.saga_timeline(conn, saga_id)
+    own = {s.entity_key for s in steps}
+    saga = next((t for t in SAGA_TYPES if t.key(saga_id) in own), None)
+    row = None if saga is None else queries.get_row(conn, saga.model, saga_id)
+    return steps, saga, row
 
 
 @projections.get(

@@ -17,16 +17,11 @@ from sagas.ids import is_external_command_id
 from sagas.messages import Envelope
 from sagas.projections.entity import is_known
 from sagas.projections.ordering import gate
-from sagas.projections.rows import (
-    ORDER,
-    PRODUCT,
-    OrderRow,
-    StockRow,
-    TimelineRow,
-    apply_order,
-    apply_stock,
-    timeline_entry,
-)
+
+# FIXME entity type constants ['ORDER', 'PRODUCT']
+from sagas.projections.orders import OrderRow, apply_order
+from sagas.projections.rows import TimelineRow, timeline_entry
+from sagas.projections.stock import StockRow, apply_stock
 
 Record = tuple[int, int, bytes | None, bytes | None]
 

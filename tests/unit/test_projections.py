@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import Engine
 
 from readside import queries, store
+from readside import triage as triage_module
 from readside.batch import Applied, Batch, apply_batch
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from sagas.ids import external_command_id
@@ -24,7 +25,6 @@ from sagas.messages import Envelope
 from sagas.projections.entity import fold_entity
 from sagas.projections.listing import customer_history, saga_timeline
 from services.api.freshness import Arrived, ReadWatch
-from readside import triage as triage_module
 from services.projector.status import projection_status
 from tests.integration.golden import T0, Expected, expected_rows, golden_events, scrambled
 from tests.integration.readside import fresh_database, read_engine, snapshot
