@@ -60,6 +60,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m scripts.check_declarations
 
 format: install
 	$(BIN)/ruff format .

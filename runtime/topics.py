@@ -15,14 +15,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from runtime.settings import Settings
+from sagas.catalog import INVENTORY as INVENTORY
+from sagas.catalog import ORDER_SAGA as ORDER_SAGA
+from sagas.catalog import PAYMENT as PAYMENT
+from sagas.catalog import PROCESS_CHANNELS as PROCESS_CHANNELS
 
-# Logical channels: the saga core names these; each maps to one topic.
-ORDER_SAGA = "order-saga"
-INVENTORY = "inventory"
-PAYMENT = "payment"
+# Logical channels: the saga core names its processes' (sagas.catalog); each maps to one topic.
 EVENTS = "events"
 DEAD_LETTERS = "deadletter"
-PROCESS_CHANNELS = (ORDER_SAGA, INVENTORY, PAYMENT)
 
 
 @dataclass(frozen=True)

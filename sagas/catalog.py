@@ -2,7 +2,7 @@
 
 The projector, the Spark rebuild, the API's queries and waits, the analytics and the tests
 take their models and saga statuses from here and from nowhere else. A new domain adds its
-declarations to these two tuples (see the README, "Adding a saga and its read models").
+declarations to these tuples (see the README, "Adding a saga and its read models").
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ from sagas.definitions.order_saga import OrderSaga
 from sagas.projections.declare import ReadModel, SagaType
 from sagas.projections.orders import ORDERS
 from sagas.projections.stock import PRODUCT_STOCK
+
+ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
+PROCESS_CHANNELS: tuple[str, ...] = (ORDER_SAGA, INVENTORY, PAYMENT)
+"""The channel (topic and table) of every saga and participant process; the wiring
+(``sagaline/wiring.py``) gives each process its name from here."""
 
 READ_MODELS: tuple[ReadModel[Any], ...] = (ORDERS, PRODUCT_STOCK)
 
