@@ -40,7 +40,7 @@ def _to_sql(kind: Kind, value: Any) -> Any:
         case Timestamp():
             return utc(value)
         case JsonList():
-            items = [item.model_dump(mode="json") for item in value]
+            items = [i.model_dump(mode="json") if isinstance(i, BaseModel) else i for i in value]
             return json.dumps(items, separators=(",", ":"))
     return value
 

@@ -58,7 +58,7 @@ class Timestamp:
 
 @dataclass(frozen=True)
 class JsonList:
-    """A tuple of models, stored as a JSON array in TEXT."""
+    """A tuple (of models, strings or numbers), stored as a JSON array in TEXT."""
 
 
 Kind = Text | Integer | Money | Timestamp | JsonList
