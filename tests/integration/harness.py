@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -168,6 +169,30 @@ class Stack:
         assert response.status_code == 202, response.text
         order_id: str = response.json()["order_id"]
         return order_id
+
+    async def place_steadily(
+        self,
+        products: list[str],
+        count: int,
+        lines: dict[str, list[str]],
+        *,
+        seed: int,
+        pause_s: float,
+        decline_every: int = 0,
+    ) -> list[str]:
+        """``count`` orders of one unit of one or two random ``products`` each, one every
+        ``pause_s``; every ``decline_every``-th is paid by a declined method. ``lines``
+        receives each order's products (what :meth:`assert_settled` checks)."""
+        rnd = random.Random(seed)
+        orders = []
+        for i in range(count):
+            picked = rnd.sample(products, rnd.choice([1, 2]))
+            method = "decline" if decline_every and i % decline_every == 0 else "card"
+            order = await self.place([(p, 1) for p in picked], method=method, customer=f"s{i}")
+            lines[order] = picked
+            orders.append(order)
+            await asyncio.sleep(pause_s)
+        return orders
 
     def stock(self, product: str) -> dict[str, Any] | None:
         """The totals carried by the product's latest ledger event."""
