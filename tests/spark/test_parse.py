@@ -15,11 +15,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from readside.triage import Rejected, triage
+from sagas.catalog import READ_MODELS, SAGA_TYPES
 from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
-from sagas.messages import Envelope
+from sagas.messages import Envelope, Message
+from sagas.projections.declare import subtypes
 from sagas.projections.rows import summarize
 from spark_projections import contract, parse, pipeline
-from spark_projections.summary import FORMATS, summary
+from spark_projections.summary import summary
 from tests.spark import golden, history
 from tests.spark.compare import assertDataFrameEqual
 from tests.spark.frames import place, records_frame
@@ -72,9 +74,12 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
 
 
 def test_every_domain_event_has_a_native_path() -> None:
-    """Every type the folds or the summaries treat specially is one the processes publish,
-    and each of those has a native contract (the others take the exact route)."""
-    special = {m.TYPE for m in FORMATS} | contract.ledger_fact_types()
+    """Every type the declarations or the summaries treat specially is one the processes
+    publish, and each of those has a native contract (the others take the exact route)."""
+    summarized = {t for t, m in Message.known_types().items() if m.SUMMARY is not None}
+    read = {t for model in READ_MODELS for of in model.event_types() for t in subtypes(of)}
+    statuses = {t for saga in SAGA_TYPES for t in subtypes(saga.statuses.event)}
+    special = summarized | read | statuses
     published = {m.TYPE for m in contract.DOMAIN_EVENTS}
     assert special | {OrderPlaced.TYPE, OrderStatusChanged.TYPE} <= published
     assert set(contract.native_contracts()) == published
