@@ -64,6 +64,24 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
         (key, placed.replace('"unit_price":"', '"unit_price":"1000000000').encode()),
         (key, placed.replace('"product_id":"', '"product_id":"bad id ').encode()),
     ]
+    # One record past each limit a declared read model's columns set (the native checks
+    # must send them the exact route, where the projector words the reason).
+    fact = next(e for e in events if e.type == "ledger.CapacitySet")
+    fact_text, fact_key = fact.encode().decode(), fact.key.encode()
+    on_hand = f'"on_hand":{fact.payload["on_hand"]}'
+    long_product = "product:" + "p" * 101
+    near_misses += [
+        (fact_key, fact_text.replace(on_hand, '"on_hand":4294967296').encode()),
+        (
+            fact_key,
+            fact_text.replace(on_hand, '"on_hand":2147483647')
+            .replace(f'"reserved":{fact.payload["reserved"]}', '"reserved":-1')
+            .encode(),
+        ),
+        (long_product.encode(), fact_text.replace(fact.key, long_product).encode()),
+        (key, placed.replace('"customer_id":"', '"customer_id":"' + "c" * 100).encode()),
+        (key, placed.replace('"total":"', '"total":"999999999999').encode()),
+    ]
     return [
         *_golden_raws(),
         *history.encoded(events),
