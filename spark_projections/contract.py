@@ -117,10 +117,15 @@ def native_contracts() -> dict[str, PayloadContract]:
     found: dict[str, PayloadContract] = {}
     for model in DOMAIN_EVENTS:
         try:
-            found[model.TYPE] = PayloadContract(model.TYPE, _fields(model))
+            found[model.TYPE] = payload_contract(model)
         except Unsupported:
             continue
     return _without_conflicts(found)
+
+
+def payload_contract(model: type[Message]) -> PayloadContract:
+    """``model``'s fields as the native checks read them; raises :class:`Unsupported`."""
+    return PayloadContract(model.TYPE, _fields(model))
 
 
 def payload_schema() -> StructType:

@@ -32,11 +32,17 @@ class NoNativeSummary(ValueError):
 
 def summary(type_column: Column, payload: Column) -> Column:
     """The summary of an event of a known type (``type_column`` names it)."""
+    natives = contract.native_contracts()
     cases = None
     for type_name, model in sorted(Message.known_types().items()):
         if model.SUMMARY is None:
             continue  # the type name, below
-        line = _render(type_name, model.SUMMARY, payload)
+        if type_name not in natives:
+            raise NoNativeSummary(
+                f"{type_name} has a SUMMARY but no native contract (a field "
+                "spark_projections.contract cannot vouch for)"
+            )
+        line = render(model, payload)
         cases = (F if cases is None else cases).when(type_column == type_name, line)
     if cases is None:
         return type_column
@@ -44,24 +50,21 @@ def summary(type_column: Column, payload: Column) -> Column:
     return result
 
 
-def _render(type_name: str, declared: Summary, payload: Column) -> Column:
-    types = _field_types(type_name)
+def render(model: type[Message], payload: Column) -> Column:
+    """``model.SUMMARY`` over ``payload``, a struct holding ``model``'s fields as
+    :func:`spark_projections.contract.payload_contract` types them."""
+    declared = model.SUMMARY
+    if declared is None:
+        raise NoNativeSummary(f"{model.__name__} declares no SUMMARY")
+    try:
+        types = {f.name: f.dtype for f in contract.payload_contract(model).fields}
+    except contract.Unsupported as exc:
+        raise NoNativeSummary(f"{model.__name__}: {exc}") from None
     text = _template(declared, declared.text, payload, types)
     if declared.when is None or declared.then is None:
         return text
     then = _template(declared, declared.then, payload, types)
-    model = Message.model_for(type_name)
     return F.when(_is_set(payload[declared.when], model, declared.when), then).otherwise(text)
-
-
-def _field_types(type_name: str) -> dict[str, DataType]:
-    native = contract.native_contracts().get(type_name)
-    if native is None:
-        raise NoNativeSummary(
-            f"{type_name} has a SUMMARY but no native contract (a field "
-            "spark_projections.contract cannot vouch for)"
-        )
-    return {f.name: f.dtype for f in native.fields}
 
 
 def _template(
