@@ -27,7 +27,7 @@ from sagas.catalog import READ_MODELS
 from sagas.contracts.orders import OrderPlaced
 from sagas.projections.declare import Column, Latest, ReadModel
 from sagas.projections.orders import ORDERS
-from spark_projections import gate, models, pipeline, twins
+from spark_projections import gate, models, pipeline, swap, twins
 from tests.spark import history
 from tests.spark.compare import assertDataFrameEqual
 from tests.spark.frames import T_LOG, place, records_frame
@@ -193,3 +193,15 @@ def test_a_loosely_written_order_lands_normalized(stage: pipeline.Staged) -> Non
 def test_every_gate_verdict_occurs(stage: pipeline.Staged) -> None:
     seen = {r["gate"] for r in stage.gated.select("gate").distinct().collect()}
     assert seen == {gate.APPLIED, gate.HELD, gate.DUPLICATE}
+
+
+def test_the_swap_locks_every_declared_model_in_the_projectors_order() -> None:
+    """Positions and held events, then the models in catalog order, then the timeline: the
+    order a projector batch touches them in, so the swap and a batch cannot deadlock."""
+    order = [t.name for t in swap.LOCK_ORDER]
+    models_at = order.index("pending_events") + 1
+    names = [m.name for m in READ_MODELS]
+    assert order[:models_at] == ["entity_positions", "pending_events"]
+    assert order[models_at : models_at + len(names)] == names
+    assert order[models_at + len(names)] == "saga_timeline"
+    assert {t.name for t in swap.STAGED} <= set(order)
