@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +28,7 @@ from sagas.projections.declare import Column, Latest, ReadModel
 from sagas.projections.orders import ORDERS
 from spark_projections import gate, models, pipeline, swap, twins
 from tests.spark import history
-from tests.spark.compare import assertDataFrameEqual
+from tests.spark.compare import assertDataFrameEqual, compare
 from tests.spark.frames import T_LOG, place, records_frame
 from tests.spark.reference import Record, Reference, project
 
@@ -58,24 +57,6 @@ def stage(spark: SparkSession, records: list[Record]) -> pipeline.Staged:
 
 def _frame(spark: SparkSession, like: DataFrame, rows: list[dict[str, object]]) -> DataFrame:
     return spark.createDataFrame([tuple(r[c] for c in like.columns) for r in rows], like.schema)
-
-
-def compare(
-    spark: SparkSession,
-    stage: pipeline.Staged,
-    records: Sequence[Record],
-    model: ReadModel[Any],
-    reference: Reference | None = None,
-) -> None:
-    """``model``'s native rows against its fold's (``reference`` when it folded ``model``
-    already, else projected here with only that model): equal, or an AssertionError."""
-    if reference is None:
-        reference = project(list(records), (model,))
-    folded = reference.rows[model.name]
-    assert folded, f"the history gives {model.name} no row: it would prove nothing"
-    actual = twins.rows(stage.gated, model)
-    expected = _frame(spark, actual, [codec.row_values(model, r) for r in folded])
-    assertDataFrameEqual(actual, expected)
 
 
 @pytest.mark.parametrize("model", READ_MODELS, ids=[m.name for m in READ_MODELS])
