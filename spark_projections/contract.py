@@ -35,9 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-import sagas.contracts  # noqa: F401  (registers every contract)
-from sagas.contracts import orders, payment
-from sagas.contracts.ledger import LedgerFact
+from sagas.catalog import READ_MODELS, SAGA_TYPES  # (importing it registers every contract)
 from sagas.messages import SCHEMA_VERSION, Envelope, Message
 
 Check = Callable[[Column], Column]
@@ -92,30 +90,25 @@ def known_types() -> frozenset[str]:
     return frozenset(Message.known_types())
 
 
-def types_of(base: type[Message]) -> frozenset[str]:
-    return frozenset(t for t, m in Message.known_types().items() if issubclass(m, base))
+def domain_events() -> tuple[type[Message], ...]:
+    """The facts Sagaline's processes publish on the event topic, as the declarations name
+    them: every registered type with a timeline summary, every type (or subtype) a read
+    model's declaration reads, and every saga's status event; sorted by type name."""
+    named: set[type[Message]] = set()
+    for model in READ_MODELS:
+        named |= model.event_types()
+    named |= {saga.statuses.event for saga in SAGA_TYPES}
+    found = {
+        m
+        for m in Message.known_types().values()
+        if m.SUMMARY is not None or any(issubclass(m, base) for base in named)
+    }
+    return tuple(sorted(found, key=lambda m: m.TYPE))
 
 
-def ledger_fact_types() -> frozenset[str]:
-    return types_of(LedgerFact)
-
-
-DOMAIN_EVENTS: tuple[type[Message], ...] = (
-    orders.OrderPlaced,
-    orders.OrderStatusChanged,
-    orders.CancelRefused,
-    *sorted(
-        (m for m in Message.known_types().values() if issubclass(m, LedgerFact)),
-        key=lambda m: m.TYPE,
-    ),
-    payment.Authorized,
-    payment.Declined,
-    payment.Captured,
-    payment.Voided,
-)
-"""The facts Sagaline's processes publish on the event topic: the types worth a native
-path. Any other type (a command, a tick) on that topic is valid for the projector too, and
-takes the exact route; a test keeps this list in step with the folds and summaries."""
+DOMAIN_EVENTS: tuple[type[Message], ...] = domain_events()
+"""The types worth a native path. Any other type (a command, a tick) on that topic is valid
+for the projector too, and takes the exact route."""
 
 
 @cache
@@ -124,10 +117,15 @@ def native_contracts() -> dict[str, PayloadContract]:
     found: dict[str, PayloadContract] = {}
     for model in DOMAIN_EVENTS:
         try:
-            found[model.TYPE] = PayloadContract(model.TYPE, _fields(model))
+            found[model.TYPE] = payload_contract(model)
         except Unsupported:
             continue
     return _without_conflicts(found)
+
+
+def payload_contract(model: type[Message]) -> PayloadContract:
+    """``model``'s fields as the native checks read them; raises :class:`Unsupported`."""
+    return PayloadContract(model.TYPE, _fields(model))
 
 
 def payload_schema() -> StructType:

@@ -302,7 +302,7 @@ def _triage(
     """The projector's verdict on one record (runs in a Python worker): the reason it is
     rejected, or the envelope as the projector stores it and in normalized form, and why
     the projector dead-letters it all the same (an unknown type)."""
-    import sagas.contracts  # noqa: F401  (registers every contract in the worker)
+    import sagas.catalog  # noqa: F401  (registers every contract in the worker)
     from readside.triage import Rejected, triage, unknown_type_reason
 
     # Spark hands binary over as bytearray; the projector sees bytes (its reasons print them).

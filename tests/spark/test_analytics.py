@@ -1,6 +1,7 @@
 """Daily saga analytics against the same numbers computed in plain Python from the folds'
-applied events: per start day and saga type, sagas per outcome, exact p50/p95 of the time
-from start to final state (linear interpolation), and the reasons of failed sagas."""
+applied events: per start day and declared saga type, sagas per outcome, exact p50/p95 of
+the time from start to final state (linear interpolation), and the reasons of failed
+sagas; a saga type that is not declared is not counted at all."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from datetime import date, datetime
 import pytest
 from pyspark.sql import SparkSession
 
-from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
+from sagas.catalog import SAGA_TYPES, saga_type_of
+from sagas.contracts.ledger import Reserved
 from sagas.messages import Envelope
+from sagas.projections.declare import SagaType
 from spark_projections import analytics, pipeline
 from tests.spark import history
 from tests.spark.compare import assertDataFrameEqual
@@ -28,14 +31,16 @@ Saga = tuple[date, str, str, str | None, float | None]
 def _sagas(applied: list[Envelope]) -> list[Saga]:
     own: dict[str, list[Envelope]] = defaultdict(list)
     for event in applied:
-        entity_type = event.key.split(":", 1)[0]
-        if event.saga_id is not None and event.key == f"{entity_type}:{event.saga_id}":
+        saga = saga_type_of(event.key.split(":", 1)[0])
+        if saga is not None and event.saga_id is not None and event.key == saga.key(event.saga_id):
             own[event.key].append(event)
     sagas = []
     for key, events in own.items():
         events.sort(key=lambda e: e.sequence or 0)
         start = events[0].occurred_at
-        final = next((e for e in events if _final(e)), None)
+        saga = saga_type_of(key.split(":", 1)[0])
+        assert saga is not None
+        final = next((e for e in events if _final(saga, e)), None)
         outcome = final.payload["status"] if final else analytics.IN_FLIGHT
         reason = final.payload.get("reason") if final else None
         duration = _ms(final.occurred_at) - _ms(start) if final else None
@@ -43,8 +48,10 @@ def _sagas(applied: list[Envelope]) -> list[Saga]:
     return sagas
 
 
-def _final(event: Envelope) -> bool:
-    return event.type == OrderStatusChanged.TYPE and event.payload["status"] in FINAL_STATUSES
+def _final(saga: SagaType, event: Envelope) -> bool:
+    return isinstance(event.message(), saga.statuses.event) and saga.is_final(
+        event.payload["status"]
+    )
 
 
 def _ms(moment: datetime) -> float:
@@ -94,3 +101,22 @@ def test_daily_reasons_count_why_sagas_failed(
     rows = [(*k, n) for k, n in counts.items()]
     assert any("expired" in r[3] for r in rows) and any("declined" in r[3] for r in rows)
     assertDataFrameEqual(actual, spark.createDataFrame(rows, actual.schema))
+
+
+def test_only_declared_saga_types_are_counted(spark: SparkSession) -> None:
+    """A ledger for course seats (no saga declared for ``course``) whose stream looks like
+    a saga's own (``course:c-1`` naming saga ``c-1``): not a saga in flight forever."""
+    course = Envelope.wrap(
+        Reserved(on_hand=30, reserved=1, reservation_id="r-1", quantity=1, expires_at="x"),
+        message_id="m-course",
+        key="course:c-1",
+        occurred_at=history.T0,
+        saga_id="c-1",
+        entity_type="course",
+        sequence=1,
+    )
+    events = [*history.order_history(3, products=1, seed=5), course]
+    stage = pipeline.staged(records_frame(spark, place(history.encoded(events))))
+    counted = {r["saga_type"] for r in analytics.sagas(stage.gated).collect()}
+    assert counted == {s.entity_type for s in SAGA_TYPES} and "course" not in counted
+    assert analytics.sagas(stage.gated, saga_types=()).count() == 0

@@ -15,11 +15,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from readside.triage import Rejected, triage
+from sagas.catalog import READ_MODELS, SAGA_TYPES
 from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
-from sagas.messages import Envelope
+from sagas.messages import Envelope, Message
+from sagas.projections.declare import subtypes
 from sagas.projections.rows import summarize
 from spark_projections import contract, parse, pipeline
-from spark_projections.summary import FORMATS, summary
+from spark_projections.summary import summary
 from tests.spark import golden, history
 from tests.spark.compare import assertDataFrameEqual
 from tests.spark.frames import place, records_frame
@@ -62,6 +64,24 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
         (key, placed.replace('"unit_price":"', '"unit_price":"1000000000').encode()),
         (key, placed.replace('"product_id":"', '"product_id":"bad id ').encode()),
     ]
+    # One record past each limit a declared read model's columns set (the native checks
+    # must send them the exact route, where the projector words the reason).
+    fact = next(e for e in events if e.type == "ledger.CapacitySet")
+    fact_text, fact_key = fact.encode().decode(), fact.key.encode()
+    on_hand = f'"on_hand":{fact.payload["on_hand"]}'
+    long_product = "product:" + "p" * 101
+    near_misses += [
+        (fact_key, fact_text.replace(on_hand, '"on_hand":4294967296').encode()),
+        (
+            fact_key,
+            fact_text.replace(on_hand, '"on_hand":2147483647')
+            .replace(f'"reserved":{fact.payload["reserved"]}', '"reserved":-1')
+            .encode(),
+        ),
+        (long_product.encode(), fact_text.replace(fact.key, long_product).encode()),
+        (key, placed.replace('"customer_id":"', '"customer_id":"' + "c" * 100).encode()),
+        (key, placed.replace('"total":"', '"total":"999999999999').encode()),
+    ]
     return [
         *_golden_raws(),
         *history.encoded(events),
@@ -72,9 +92,12 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
 
 
 def test_every_domain_event_has_a_native_path() -> None:
-    """Every type the folds or the summaries treat specially is one the processes publish,
-    and each of those has a native contract (the others take the exact route)."""
-    special = {m.TYPE for m in FORMATS} | contract.ledger_fact_types()
+    """Every type the declarations or the summaries treat specially is one the processes
+    publish, and each of those has a native contract (the others take the exact route)."""
+    summarized = {t for t, m in Message.known_types().items() if m.SUMMARY is not None}
+    read = {t for model in READ_MODELS for of in model.event_types() for t in subtypes(of)}
+    statuses = {t for saga in SAGA_TYPES for t in subtypes(saga.statuses.event)}
+    special = summarized | read | statuses
     published = {m.TYPE for m in contract.DOMAIN_EVENTS}
     assert special | {OrderPlaced.TYPE, OrderStatusChanged.TYPE} <= published
     assert set(contract.native_contracts()) == published
