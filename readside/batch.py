@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 
 from readside import codec, store
 from readside.triage import Positioned
-from sagas.catalog import model_for
+from sagas.catalog import READ_MODELS, model_for
 from sagas.ids import is_external_command_id
 from sagas.messages import ContractError, Envelope
 from sagas.projections.entity import fold_entity
@@ -102,10 +102,10 @@ def apply_batch(conn: Connection, batch: Batch, now: datetime) -> Applied:
         for event in ready:
             _note_receipt(receipts, entity.where(event), now)
     _write_entities(conn, entities, gated, now, outcome)
-    for entity_type, new_rows in changed.items():
-        model = model_for(entity_type)
-        assert model is not None  # fold_entity makes rows only for a declared model
-        store.save_rows(conn, model, new_rows)
+    # In catalog order, as the rebuild's swap locks them: two lockers, one order, no deadlock.
+    for model in READ_MODELS:
+        if new_rows := changed.get(model.entity_type):
+            store.save_rows(conn, model, new_rows)
     store.add_timeline(conn, timeline)
     store.add_receipts(conn, list(receipts.values()))
     outcome.receipts = len(receipts)
@@ -149,11 +149,10 @@ def _load_rows(
         if gated[key].ready and model_for(entity.entity_type) is not None:
             wanted[entity.entity_type][key.split(":", 1)[1]] = key
     rows: dict[str, Row] = {}
-    for entity_type, keys_by_id in wanted.items():
-        model = model_for(entity_type)
-        assert model is not None
-        for entity_id, row in store.load_rows(conn, model, keys_by_id).items():
-            rows[keys_by_id[entity_id]] = row
+    for model in READ_MODELS:  # catalog order, as the writes (see apply_batch)
+        if keys_by_id := wanted.get(model.entity_type):
+            for entity_id, row in store.load_rows(conn, model, keys_by_id).items():
+                rows[keys_by_id[entity_id]] = row
     return rows
 
 

@@ -32,6 +32,7 @@ from sagas.projections.declare import (
     Timestamp,
 )
 from sagas.projections.rows import Row, entity_id
+from sagas.projections.stock import PRODUCT_STOCK
 from spark_projections import pipeline
 from tests.spark import history
 from tests.spark.compare import compare
@@ -113,7 +114,7 @@ def _courses() -> list[Envelope]:
     writer = history.Writer()
     last: dict[str, Envelope] = {}
     for event in events:
-        if event.entity_type != "product":
+        if event.entity_type != PRODUCT_STOCK.entity_type:
             continue
         course = "course:" + entity_id(event)
         last[course] = writer.emit(
