@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 
 from sagas.messages import Envelope
+from services.kafka_security import aiokafka_options
 from services.settings import Settings
 
 
@@ -25,7 +26,7 @@ class CommandBus:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            **aiokafka_options(settings),
             enable_idempotence=True,
             acks="all",
             linger_ms=1,

@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaConsumer
 
 from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
 from sagas.messages import ContractError, Envelope
+from services.kafka_security import aiokafka_options
 from services.settings import Settings
 from services.topics import EVENTS, topic_partitions
 
@@ -34,7 +35,7 @@ class EventTail:
     async def start(self) -> None:
         topic = self.settings.topic(EVENTS)
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False
+            **aiokafka_options(self.settings), enable_auto_commit=False
         )
         await self._consumer.start()
         tps = await topic_partitions(self._consumer, topic)

@@ -14,6 +14,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from services.kafka_security import aiokafka_options
 from services.settings import Settings
 
 # Logical channels: the saga core names these; each maps to one topic.
@@ -69,7 +70,7 @@ class TopicMismatch(RuntimeError):
 async def create_topics(settings: Settings) -> list[str]:
     """Create every declared topic that does not exist yet; returns the names created.
     Raises :class:`TopicMismatch` naming each topic the broker refused to create."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -118,7 +119,7 @@ async def check_topics(settings: Settings, wait_s: float = 10.0) -> None:
 
 
 async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     try:
         specs = declared_topics(settings)

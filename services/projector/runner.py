@@ -29,6 +29,7 @@ from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
 from sagas.untrusted import bounded
+from services.kafka_security import aiokafka_options
 from services.projector.batch import Applied, Batch, apply_batch
 from services.projector.isolation import database_answers, refused, without
 from services.projector.triage import Positioned, Rejected, triage, unknown_type_reason
@@ -69,13 +70,13 @@ class Projector:
         if not await asyncio.to_thread(is_migrated, self.engine):
             raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
+            **aiokafka_options(self.settings),
             group_id=f"{self.settings.app_id}-projector",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True, acks="all"
+            **aiokafka_options(self.settings), enable_idempotence=True, acks="all"
         )
         await self._consumer.start()
         await self._producer.start()
@@ -298,7 +299,7 @@ async def serve(settings: Settings) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    engine = create_read_engine(settings.database_url)
+    engine = create_read_engine(settings.database_url_with_password())
     try:
         await Projector(settings, engine).run(stop)
     except BaseException as exc:
