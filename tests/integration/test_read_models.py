@@ -31,7 +31,7 @@ from services.readmodels.migrate import is_migrated
 from services.readmodels.schema import metadata
 from services.settings import Settings
 from services.topics import create_topics
-from tests.integration.harness import Worker, broker_reachable, isolated_settings
+from tests.integration.harness import Worker, auth_headers, broker_reachable, isolated_settings
 from tests.integration.readside import BACKENDS, fresh_database, read_engine
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -113,7 +113,9 @@ async def side(
         try:
             async with (
                 api.router.lifespan_context(api),
-                httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+                httpx.AsyncClient(
+                    transport=transport, base_url="http://api", headers=auth_headers(settings)
+                ) as http,
             ):
                 yield ReadSide(backend, settings, api, http)
         finally:
