@@ -19,7 +19,7 @@ REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"scrypt\$[0-9]+\$[0-9]+\$[0-9]+\$[A-Za-z0-9_=-]*\$[A-Za-z0-9_=-]*"), "scrypt$***"),
     # An Authorization header or a bearer token, however it is quoted.
     (
-        re.compile(r"(?i)(authorization\b['\"]?\s*[:=,]\s*[(\[]?\s*b?['\"]?)[^'\"\r\n,)\]]+"),
+        re.compile(r"(?i)(authorization\b['\"]?\s*[:=,]\s*[(\[]?\s*(?:b?['\"])?)[^'\"\r\n,)\]]+"),
         r"\1***",
     ),
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
