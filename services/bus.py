@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from sagas.messages import Envelope
-from services.kafka_security import aiokafka_options
+from services.kafka_security import aiokafka_options, unreachable
 from services.settings import Settings
 
 
@@ -34,7 +35,11 @@ class CommandBus:
         )
 
     async def start(self) -> None:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise await unreachable(self.settings, exc) from exc
 
     async def stop(self) -> None:
         await self._producer.stop()

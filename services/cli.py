@@ -45,12 +45,13 @@ def topics() -> None:
 @topics.command("create")
 def topics_create() -> None:
     """Create every declared topic that does not exist yet (explicit partitions and retention)."""
+    from services.kafka_security import KafkaUnreachable
     from services.topics import TopicMismatch, create_topics, declared_topics
 
     settings = get_settings()
     try:
         created = asyncio.run(create_topics(settings))
-    except TopicMismatch as exc:
+    except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(str(exc)) from exc
     for spec in declared_topics(settings):
         mark = "created" if spec.name in created else "exists "
@@ -60,11 +61,12 @@ def topics_create() -> None:
 @topics.command("check")
 def topics_check() -> None:
     """Exit non-zero when a topic is missing or has another partition count than declared."""
+    from services.kafka_security import KafkaUnreachable
     from services.topics import TopicMismatch, check_topics
 
     try:
         asyncio.run(check_topics(get_settings()))
-    except TopicMismatch as exc:
+    except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo("all topics match their declarations")
 
@@ -73,6 +75,7 @@ def topics_check() -> None:
 def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
     import sagas.contracts  # noqa: F401
+    from services.kafka_security import KafkaUnreachable
     from services.topics import TopicMismatch, check_topics
     from services.wiring import build_processes
     from services.worker.bounded import BoundedWorker
@@ -81,7 +84,7 @@ def worker() -> None:
     settings = get_settings()
     try:
         asyncio.run(check_topics(settings))
-    except TopicMismatch as exc:
+    except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
     app, _ = create_app(settings, build_processes(settings))
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]

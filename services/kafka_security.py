@@ -9,6 +9,7 @@ client built any other way would silently talk plaintext to a cluster that requi
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any
 
@@ -116,3 +117,45 @@ def _jaas_quoted(value: str) -> str:
     """A JAAS option value in double quotes (Kafka's JaasConfig reads backslash escapes)."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+class KafkaUnreachable(RuntimeError):
+    """A client could not start: the sentence says where it went, how, and what the broker
+    answered (a refused login, a TLS failure, nothing at all)."""
+
+
+async def unreachable(settings: Settings, exc: BaseException) -> KafkaUnreachable:
+    """Why a client failed to start, in a sentence. aiokafka's own error only says "Unable
+    to bootstrap from [...]" and logs the reason; one direct connection to the first
+    bootstrap server asks the broker again for the reason (never with the password in it)."""
+    how: str = settings.kafka_security_protocol
+    if uses_sasl(settings):
+        how += f" ({settings.kafka_sasl_mechanism} as user {settings.kafka_sasl_username!r})"
+    reason = await _connection_problem(settings) or f"{type(exc).__name__}: {exc}"
+    return KafkaUnreachable(f"cannot use Kafka at {settings.kafka_bootstrap} over {how}: {reason}")
+
+
+async def _connection_problem(settings: Settings) -> str:
+    from aiokafka.conn import create_conn
+
+    host, _, port = settings.kafka_bootstrap.split(",")[0].strip().rpartition(":")
+    options = aiokafka_options(settings)
+    del options["bootstrap_servers"]
+    try:
+        conn = await asyncio.wait_for(
+            create_conn(host, int(port), request_timeout_ms=5_000, **options), 10
+        )
+    except TimeoutError:
+        return "the broker did not answer within 10 s"
+    except Exception as exc:
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, ConnectionError | OSError) and not reason.strip():
+            reason = "the connection was closed"
+        hint = ""
+        if "SaslAuthenticationFailed" in type(exc).__name__ or "uthentication" in reason:
+            hint = " (wrong user name or password?)"
+        elif isinstance(exc, ssl.SSLError):
+            hint = " (the broker's certificate, or SAGALINE_KAFKA_SSL_CAFILE?)"
+        return f"{type(exc).__name__}: {reason}{hint}"
+    conn.close()
+    return ""

@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from pyspark.sql import DataFrame, SparkSession
 
-from services.kafka_security import aiokafka_options, spark_kafka_options
+from services.kafka_security import aiokafka_options, spark_kafka_options, unreachable
 from services.settings import Settings
 from services.topics import topic_partitions
 
@@ -58,10 +58,7 @@ async def fix_offsets(
         await consumer.start()
     except KafkaError as exc:
         await consumer.stop()
-        raise BrokerUnreachable(
-            f"cannot reach the Kafka broker at {settings.kafka_bootstrap} "
-            f"({settings.kafka_security_protocol}): {exc}"
-        ) from exc
+        raise BrokerUnreachable(str(await unreachable(settings, exc))) from exc
     try:
         tps = await topic_partitions(consumer, topic)
         if not tps:

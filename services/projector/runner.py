@@ -29,7 +29,7 @@ from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
 from sagas.untrusted import bounded
-from services.kafka_security import aiokafka_options
+from services.kafka_security import aiokafka_options, unreachable
 from services.projector.batch import Applied, Batch, apply_batch
 from services.projector.isolation import database_answers, refused, without
 from services.projector.triage import Positioned, Rejected, triage, unknown_type_reason
@@ -78,8 +78,13 @@ class Projector:
         self._producer = AIOKafkaProducer(
             **aiokafka_options(self.settings), enable_idempotence=True, acks="all"
         )
-        await self._consumer.start()
-        await self._producer.start()
+        try:
+            await self._consumer.start()
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            await self._consumer.stop()
+            raise ProjectorError(str(await unreachable(self.settings, exc))) from exc
         try:
             await self._assign()
             while not stop.is_set():
