@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from sagas.messages import Envelope
+from services.kafka_security import aiokafka_options
 from services.readmodels import codec, schema, store
 from services.readmodels.engine import create_read_engine
 from services.readmodels.migrate import upgrade
@@ -100,9 +101,7 @@ async def produce(
 ) -> dict[int, int]:
     """Write envelopes (or raw key/value pairs) to the event topic in this order; returns
     the end offset per partition afterwards."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all"
-    )
+    producer = AIOKafkaProducer(**aiokafka_options(settings), enable_idempotence=True, acks="all")
     await producer.start()
     topic = settings.topic(EVENTS)
     ends: dict[int, int] = {}
