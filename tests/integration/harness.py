@@ -64,7 +64,10 @@ def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
         "api_keys_file": tmp / "api-keys",
     }
     values.update(overrides)
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.api_auth:
+        api_key(settings)  # before any API starts: it starts with a key, as in production
+    return settings
 
 
 def api_key(settings: Settings) -> str:
