@@ -118,3 +118,56 @@ def test_the_local_key_is_made_once_and_kept(tmp_path: Path) -> None:
     revoke_key(keys, stored.key_id)
     fresh = ensure_local_key(key_file, keys)
     assert fresh != key and Keyring(keys).authenticate(key) is None
+
+
+def test_the_keys_commands_create_list_and_revoke(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from services.cli import main
+    from services.settings import get_settings
+
+    keys = tmp_path / "api-keys"
+    monkeypatch.setenv("SAGALINE_API_KEYS_FILE", str(keys))
+    get_settings.cache_clear()
+    try:
+        runner = CliRunner(mix_stderr=False)
+        created = runner.invoke(main, ["keys", "create", "--scope", "read", "--label", "bi tool"])
+        assert created.exit_code == 0, created.output
+        key = created.stdout.strip()  # stdout holds the key alone, for scripts
+        stored = Keyring(keys).authenticate(key)
+        assert stored is not None and stored.scopes == {"read"}
+        assert f"created key {stored.key_id} (read)" in created.stderr
+        listed = runner.invoke(main, ["keys", "list"])
+        assert f"{stored.key_id}  read" in listed.stdout and "bi tool" in listed.stdout
+        assert key.split("_", 2)[2] not in listed.output and "scrypt" not in listed.output
+        refused = runner.invoke(main, ["keys", "create", "--scope", "everything"])
+        assert refused.exit_code == 1 and "unknown: everything" in refused.stderr
+        revoked = runner.invoke(main, ["keys", "revoke", stored.key_id])
+        assert revoked.exit_code == 0 and f"revoked key {stored.key_id}" in revoked.stdout
+        assert Keyring(keys).authenticate(key) is None
+        again = runner.invoke(main, ["keys", "revoke", stored.key_id])
+        assert again.exit_code == 1 and "no key" in again.stderr
+    finally:
+        get_settings.cache_clear()
+
+
+def test_invalid_settings_stop_every_command_with_a_sentence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from services.cli import main
+    from services.settings import get_settings
+
+    monkeypatch.setenv("SAGALINE_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("SAGALINE_KAFKA_SASL_PASSWORD", "hunter2")
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(main, ["topics", "check"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 1
+    assert "invalid settings: SAGALINE_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs" in result.output
+    assert "hunter2" not in result.output and "Traceback" not in result.output
