@@ -131,7 +131,10 @@ async def unreachable(settings: Settings, exc: BaseException) -> KafkaUnreachabl
     how: str = settings.kafka_security_protocol
     if uses_sasl(settings):
         how += f" ({settings.kafka_sasl_mechanism} as user {settings.kafka_sasl_username!r})"
-    reason = await _connection_problem(settings) or f"{type(exc).__name__}: {exc}"
+    reason = await _connection_problem(settings) or (
+        f"{type(exc).__name__}: {exc} (a connection opens, but requests fail: does this "
+        "listener want another SAGALINE_KAFKA_SECURITY_PROTOCOL?)"
+    )
     return KafkaUnreachable(f"cannot use Kafka at {settings.kafka_bootstrap} over {how}: {reason}")
 
 
