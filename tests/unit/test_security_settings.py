@@ -4,6 +4,7 @@ is tests/integration/test_kafka_sasl.py)."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 from pathlib import Path
@@ -12,8 +13,14 @@ import faust
 import pytest
 from pydantic import ValidationError
 
-from services.kafka_security import aiokafka_options, faust_credentials, spark_kafka_options
+from services.kafka_security import (
+    KafkaUnreachable,
+    aiokafka_options,
+    faust_credentials,
+    spark_kafka_options,
+)
 from services.settings import Settings, masked_url
+from services.topics import create_topics
 
 pytestmark = pytest.mark.unit
 
@@ -154,3 +161,24 @@ def test_the_database_password_comes_from_the_url_or_a_file_and_is_masked(
     with pytest.raises(ValueError, match="SAGALINE_DATABASE_PASSWORD_FILE: the first line"):
         Settings(database_url=url, database_password_file=empty).database_url_with_password()
     assert "s3cr" not in masked_url("not a url s3cr")
+
+
+async def test_a_client_that_cannot_connect_says_where_how_and_why() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    settings = Settings(
+        kafka_bootstrap=f"127.0.0.1:{port}",
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_username="sagaline",
+        kafka_sasl_password="hunter2",
+    )
+    with pytest.raises(KafkaUnreachable) as refused:
+        await create_topics(settings)
+    message = str(refused.value)
+    assert message.startswith(
+        f"cannot use Kafka at 127.0.0.1:{port} over SASL_PLAINTEXT "
+        "(SCRAM-SHA-512 as user 'sagaline'): "
+    ), message
+    assert "Connect call failed" in message or "refused" in message.lower(), message
+    assert "hunter2" not in message
