@@ -132,8 +132,8 @@ async def unreachable(settings: Settings, exc: BaseException) -> KafkaUnreachabl
     if uses_sasl(settings):
         how += f" ({settings.kafka_sasl_mechanism} as user {settings.kafka_sasl_username!r})"
     reason = await _connection_problem(settings) or (
-        f"{type(exc).__name__}: {exc} (a connection opens, but requests fail: does this "
-        "listener want another SAGALINE_KAFKA_SECURITY_PROTOCOL?)"
+        f"{_named(exc)} (a connection opens, but requests fail: does this listener want "
+        "another SAGALINE_KAFKA_SECURITY_PROTOCOL?)"
     )
     return KafkaUnreachable(f"cannot use Kafka at {settings.kafka_bootstrap} over {how}: {reason}")
 
@@ -159,6 +159,13 @@ async def _connection_problem(settings: Settings) -> str:
             hint = " (wrong user name or password?)"
         elif isinstance(exc, ssl.SSLError):
             hint = " (the broker's certificate, or SAGALINE_KAFKA_SSL_CAFILE?)"
-        return f"{type(exc).__name__}: {reason}{hint}"
+        return f"{_named(exc, reason)}{hint}"
     conn.close()
     return ""
+
+
+def _named(exc: BaseException, text: str | None = None) -> str:
+    """The error's text with its type's name once (aiokafka's broker errors include it)."""
+    text = str(exc) if text is None else text
+    name = type(exc).__name__
+    return text if name in text else f"{name}: {text}"

@@ -144,13 +144,18 @@ EOF
 }
 
 # The SCRAM user of the SASL listener (both mechanisms), set over the PLAINTEXT listener:
-# an alter, so running it on every start is harmless and resets a changed password.
+# an alter, so running it on every start is harmless and resets a changed password. One
+# mechanism per call: a KRaft broker refuses two credentials of one user in one request
+# ("A user credential cannot be altered twice in the same request").
 create_scram_user() {
   [[ "$SASL_PORT" != "off" ]] || return 0
-  run_class kafka.admin.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter \
-    --add-config "SCRAM-SHA-256=[password=${SCRAM_PASSWORD}],SCRAM-SHA-512=[password=${SCRAM_PASSWORD}]" \
-    --entity-type users --entity-name "$SCRAM_USER" >/dev/null \
-    || die "could not create the SCRAM user ${SCRAM_USER}"
+  local mechanism
+  for mechanism in SCRAM-SHA-256 SCRAM-SHA-512; do
+    run_class kafka.admin.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter \
+      --add-config "${mechanism}=[password=${SCRAM_PASSWORD}]" \
+      --entity-type users --entity-name "$SCRAM_USER" >/dev/null \
+      || die "could not create the SCRAM user ${SCRAM_USER} (${mechanism})"
+  done
   log "SASL/SCRAM listener on ${HOST}:${SASL_PORT} (SASL_PLAINTEXT, SCRAM-SHA-256/512), user ${SCRAM_USER}"
 }
 

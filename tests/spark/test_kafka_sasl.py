@@ -123,7 +123,7 @@ async def test_worker_api_projector_and_rebuild_run_over_sasl_scram(
     online, rebuilt = (f"sqlite:///{tmp_path / name}" for name in ("online.db", "rebuilt.db"))
     for url in (online, rebuilt):
         upgrade(url)
-    settings = sasl_settings(tmp_path, database_url=online, log_level="WARNING")
+    settings = sasl_settings(tmp_path, database_url=online)
     await create_topics(settings)
 
     # The worker (a real process), the API's command bus and an event tail, all over SASL.
