@@ -26,11 +26,12 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
 from aiokafka import AIOKafkaConsumer
 
 from benchmarks.common import delete_topics, git_rev, machine
+from runtime.kafka_security import aiokafka_options
+from services.projector.offsets import topic_partitions
+from services.projector.runner import Projector
 from readside.queries import counters
 from runtime.settings import Settings
 from runtime.topics import EVENTS, create_topics
-from services.projector.offsets import topic_partitions
-from services.projector.runner import Projector
 from tests.integration.golden import golden_events
 from tests.integration.readside import (
     PG_URL,
@@ -43,9 +44,7 @@ from tests.integration.readside import (
 
 async def raw_consume_rate(settings: Settings, ends: dict[int, int], batch: int) -> float:
     """Records/s of a group-less aiokafka consumer reading the topic from the start."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**aiokafka_options(settings), enable_auto_commit=False)
     await consumer.start()
     try:
         partitions = await topic_partitions(consumer, settings.topic(EVENTS))

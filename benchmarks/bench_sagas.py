@@ -25,14 +25,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
 from benchmarks.common import RssSampler, git_rev, machine, summary_ms
-from runtime.settings import Settings
-from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from sagas.contracts.orders import OrderLine, PaymentDetails, PlaceOrder
 from sagas.ids import derive_id
 from sagas.messages import Envelope, Message
 from services.bus import CommandBus
 from services.event_tail import EventTail
+from runtime.kafka_security import aiokafka_options
+from runtime.settings import Settings
+from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from tests.integration.harness import Worker, free_port
 
 HOPS = 9  # place -> reserve -> reserved -> authorize -> authorized -> confirm -> confirmed -> capture -> captured
@@ -68,7 +69,7 @@ def order(i: int, products: int) -> tuple[str, Envelope]:
 async def baseline(settings: Settings, n: int) -> float:
     """Messages/s through a plain aiokafka relay chain of HOPS hops."""
     topic, done = settings.topic("relay"), settings.topic("relay-done")
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     await admin.create_topics([NewTopic(t, settings.partitions, 1) for t in (topic, done)])
     await admin.close()
@@ -87,10 +88,8 @@ async def baseline(settings: Settings, n: int) -> float:
             str(HOPS),
         ]
     )
-    consumer = AIOKafkaConsumer(
-        done, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest"
-    )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=1)
+    consumer = AIOKafkaConsumer(done, **aiokafka_options(settings), auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(**aiokafka_options(settings), acks="all", linger_ms=1)
     await consumer.start()
     await producer.start()
     try:

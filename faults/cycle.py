@@ -18,7 +18,7 @@ from faults.inject import PROCESS_FAULTS, Deck, Fault, Incident, Injector
 from faults.load import LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
-from faults.stack import Stack, create_database, cycle_settings, drop_database
+from faults.stack import Stack, create_database, cycle_api_key, cycle_settings, drop_database
 from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
 from readside import codec, queries, schema
 from readside.engine import create_read_engine
@@ -105,7 +105,13 @@ class Cycle:
     async def _exercise(self, stack: Stack, injector: Injector, db_url: str) -> CycleResult:
         products = [f"sku-{i}" for i in range(PRODUCTS)]
         limits = httpx.Limits(max_connections=50)
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=15, limits=limits) as http:
+        key = await asyncio.to_thread(cycle_api_key, stack.settings)
+        async with httpx.AsyncClient(
+            base_url=stack.api_url,
+            timeout=15,
+            limits=limits,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as http:
             driver = LoadDriver(http, products, self.rng)
             await self._set_stock(driver, http, products)
             stop_supervising = asyncio.Event()

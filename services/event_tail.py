@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer
 
-from runtime.settings import Settings
-from runtime.topics import EVENTS, topic_partitions
 from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
 from sagas.messages import ContractError, Envelope
+from runtime.kafka_security import aiokafka_options
+from runtime.settings import Settings
+from runtime.topics import EVENTS, topic_partitions
 
 
 @dataclass
@@ -34,7 +35,7 @@ class EventTail:
     async def start(self) -> None:
         topic = self.settings.topic(EVENTS)
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False
+            **aiokafka_options(self.settings), enable_auto_commit=False
         )
         await self._consumer.start()
         tps = await topic_partitions(self._consumer, topic)

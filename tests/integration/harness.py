@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from faults.topics import Raw, read_topic
 from runtime.settings import Settings
@@ -26,6 +27,7 @@ from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
+from services.keys import ensure_local_key
 
 BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -46,7 +48,8 @@ def free_port() -> int:
 
 
 def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
-    """Settings with a fresh topic prefix and app id: tests never see each other's records."""
+    """Settings with a fresh topic prefix and app id: tests never see each other's records.
+    The API asks for keys, as in production: :func:`auth_headers` holds one."""
     run = uuid.uuid4().hex[:8]
     values: dict[str, Any] = {
         "kafka_bootstrap": BOOTSTRAP,
@@ -59,9 +62,24 @@ def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
         "step_timeout_s": 20.0,
         "reservation_ttl_s": 120.0,
         "log_level": "INFO",
+        "api_keys_file": tmp / "api-keys",
     }
     values.update(overrides)
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.api_auth:
+        api_key(settings)  # before any API starts: it starts with a key, as in production
+    return settings
+
+
+def api_key(settings: Settings) -> str:
+    """A key with every scope for the API of ``settings`` (made once, kept beside its key
+    file, as `make run` does)."""
+    keys_file = settings.api_keys_file
+    return ensure_local_key(keys_file.with_name(keys_file.name + ".key"), keys_file)
+
+
+def auth_headers(settings: Settings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key(settings)}"}
 
 
 def _die_with_parent() -> None:
@@ -75,6 +93,11 @@ def _die_with_parent() -> None:
 def settings_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     for name, value in settings.model_dump().items():
+        if value is None:
+            env.pop(f"SAGALINE_{name.upper()}", None)
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         env[f"SAGALINE_{name.upper()}"] = str(value)
     return env
 
@@ -253,7 +276,9 @@ async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stac
     api = create_api(settings, bus)
     transport = httpx.ASGITransport(app=api)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", headers=auth_headers(settings)
+        ) as http:
             yield Stack(settings, worker, http, tail)
     finally:
         await tail.stop()
@@ -269,7 +294,9 @@ async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> li
 async def produce_raw(settings: Settings, channel: str, key: bytes, value: bytes) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    from runtime.kafka_security import aiokafka_options
+
+    producer = AIOKafkaProducer(**aiokafka_options(settings))
     await producer.start()
     try:
         await producer.send_and_wait(settings.topic(channel), value, key=key)

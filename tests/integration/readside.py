@@ -21,12 +21,13 @@ from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from sagas.messages import Envelope
+from runtime.kafka_security import aiokafka_options
 from readside import codec, schema, store
 from readside.engine import create_read_engine
 from readside.migrate import upgrade
 from runtime.settings import Settings
 from runtime.topics import EVENTS
-from sagas.messages import Envelope
 from tests.integration.harness import ServiceProcess
 
 PG_URL = os.environ.get(
@@ -100,9 +101,7 @@ async def produce(
 ) -> dict[int, int]:
     """Write envelopes (or raw key/value pairs) to the event topic in this order; returns
     the end offset per partition afterwards."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all"
-    )
+    producer = AIOKafkaProducer(**aiokafka_options(settings), enable_idempotence=True, acks="all")
     await producer.start()
     topic = settings.topic(EVENTS)
     ends: dict[int, int] = {}
