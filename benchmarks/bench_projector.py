@@ -26,12 +26,12 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
 from aiokafka import AIOKafkaConsumer
 
 from benchmarks.common import delete_topics, git_rev, machine
-from runtime.kafka_security import aiokafka_options
-from services.projector.offsets import topic_partitions
-from services.projector.runner import Projector
 from readside.queries import counters
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS, create_topics
+from services.projector.offsets import topic_partitions
+from services.projector.runner import Projector
 from tests.integration.golden import golden_events
 from tests.integration.readside import (
     PG_URL,

@@ -42,11 +42,11 @@ from sqlalchemy.exc import OperationalError
 
 from benchmarks.bench_projector import raw_consume_rate
 from benchmarks.common import delete_topics, git_rev, machine
-from runtime.kafka_security import aiokafka_options
-from services.projector.runner import Projector
 from readside.migrate import upgrade
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS, create_topics
+from services.projector.runner import Projector
 from tests.integration.harness import settings_env
 from tests.integration.readside import PG_URL, applied_offsets, read_engine
 from tests.spark.history import order_history

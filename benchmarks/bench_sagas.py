@@ -25,15 +25,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
 from benchmarks.common import RssSampler, git_rev, machine, summary_ms
+from runtime.kafka_security import aiokafka_options
+from runtime.settings import Settings
+from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from sagas.contracts.orders import OrderLine, PaymentDetails, PlaceOrder
 from sagas.ids import derive_id
 from sagas.messages import Envelope, Message
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from runtime.kafka_security import aiokafka_options
-from runtime.settings import Settings
-from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from tests.integration.harness import Worker, free_port
 
 HOPS = 9  # place -> reserve -> reserved -> authorize -> authorized -> confirm -> confirmed -> capture -> captured

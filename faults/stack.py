@@ -31,8 +31,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from faults.procs import REPO, Service
-from services.keys import ensure_local_key
 from runtime.settings import Settings
+from services.keys import ensure_local_key
 
 PG_URL = os.environ.get(
     "SAGALINE_FAULTS_PG_URL",

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from services import logsafe
 from runtime.settings import get_settings
+from services import logsafe
 
 LOCAL_KEY = Path(".local/api-key")
 """The key `make run` creates and the demo sends (the API stores only its hash)."""

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from sagas.messages import Envelope
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
+from sagas.messages import Envelope
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer
 
-from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
-from sagas.messages import ContractError, Envelope
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS, topic_partitions
+from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
+from sagas.messages import ContractError, Envelope
 
 
 @dataclass

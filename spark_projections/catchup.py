@@ -18,9 +18,9 @@ from datetime import datetime
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import Connection
 
-from runtime.kafka_security import aiokafka_options
 from readside.batch import Batch, apply_batch
 from readside.triage import Positioned, Rejected, triage
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 
 

@@ -13,16 +13,16 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from readside.engine import create_read_engine
+from readside.migrate import is_migrated
+from runtime.settings import Settings
 from services import logsafe
 from services.api import auth, orders, products, queries
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.errors import documented, install_error_handlers
+from services.api.freshness import ReadWatch, database_probe
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
-from readside.engine import create_read_engine
-from services.api.freshness import ReadWatch, database_probe
-from readside.migrate import is_migrated
-from runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 

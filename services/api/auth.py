@@ -19,9 +19,9 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from runtime.settings import Settings
 from services.api.ratelimit import TokenBuckets, retry_after
 from services.keys import SCOPES, Keyring
-from runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 

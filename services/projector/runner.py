@@ -28,16 +28,16 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
-from sagas.untrusted import bounded
-from runtime.kafka_security import aiokafka_options, unreachable
-from readside.batch import Applied, Batch, apply_batch
-from services.projector.isolation import database_answers, refused, without
-from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from readside import queries, store
+from readside.batch import Applied, Batch, apply_batch
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
+from readside.triage import Positioned, Rejected, triage, unknown_type_reason
+from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
+from sagas.untrusted import bounded
+from services.projector.isolation import database_answers, refused, without
 from services.worker.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)

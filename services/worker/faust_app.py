@@ -21,13 +21,13 @@ from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from runtime.kafka_security import aiokafka_options, faust_credentials
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, table_name
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
-from runtime.kafka_security import aiokafka_options, faust_credentials
-from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, table_name
 from services.worker.metrics import Metrics
 from services.worker.positions import POSITION_KEY_PREFIX, position_key
 from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite

@@ -21,13 +21,13 @@ from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from sagas.messages import Envelope
-from runtime.kafka_security import aiokafka_options
 from readside import codec, schema, store
 from readside.engine import create_read_engine
 from readside.migrate import upgrade
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS
+from sagas.messages import Envelope
 from tests.integration.harness import ServiceProcess
 
 PG_URL = os.environ.get(

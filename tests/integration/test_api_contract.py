@@ -35,13 +35,13 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from sqlalchemy import create_engine
 
-from services.api.app import create_api
-from services.api.queries import MAX_WAIT_S, TOKEN_PATTERN
-from services.keys import ensure_local_key
 from readside import store
 from readside.migrate import upgrade
 from runtime.settings import Settings
 from runtime.topics import create_topics, declared_topics
+from services.api.app import create_api
+from services.api.queries import MAX_WAIT_S, TOKEN_PATTERN
+from services.keys import ensure_local_key
 from tests.integration.harness import broker_reachable, free_port, isolated_settings
 
 pytestmark = pytest.mark.integration

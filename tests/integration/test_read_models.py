@@ -23,15 +23,15 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from fastapi import FastAPI
 
+from readside.migrate import is_migrated
+from readside.schema import metadata
+from runtime.settings import Settings
+from runtime.topics import create_topics
 from sagas.projections.listing import customer_history
 from sagas.projections.rows import OrderRow
 from services.api.app import create_api
 from services.keys import add_key
 from services.projector.runner import Projector
-from readside.migrate import is_migrated
-from readside.schema import metadata
-from runtime.settings import Settings
-from runtime.topics import create_topics
 from tests.integration.harness import Worker, auth_headers, broker_reachable, isolated_settings
 from tests.integration.readside import BACKENDS, fresh_database, read_engine
 

@@ -25,13 +25,13 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from services.api.app import create_api
-from runtime.kafka_security import KafkaUnreachable
-from services.projector.offsets import EndOffsets
-from services.projector.runner import Projector
 from readside.migrate import upgrade
+from runtime.kafka_security import KafkaUnreachable
 from runtime.settings import Settings
 from runtime.topics import EVENTS, create_topics
+from services.api.app import create_api
+from services.projector.offsets import EndOffsets
+from services.projector.runner import Projector
 from spark_projections.job import run
 from tests.integration.harness import (
     auth_headers,

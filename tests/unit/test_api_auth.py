@@ -16,13 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
+from runtime.settings import Settings
 from services.api.app import create_api
 from services.api.auth import access_for, announce
 from services.api.ratelimit import TokenBuckets, retry_after
 from services.bus import Position
 from services.keys import add_key, revoke_key
 from services.logsafe import install, redact
-from runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from runtime.settings import Settings
 from services.api.app import create_api
 from services.api.body import MAX_DEPTH, BodyLimit, NotJson, parse_json
 from services.api.requests import LineRequest, OrderRequest, StockRequest
 from services.keys import ensure_local_key
-from runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

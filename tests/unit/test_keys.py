@@ -126,8 +126,8 @@ def test_the_keys_commands_create_list_and_revoke(
 ) -> None:
     from click.testing import CliRunner
 
-    from sagaline.cli import main
     from runtime.settings import get_settings
+    from sagaline.cli import main
 
     keys = tmp_path / "api-keys"
     monkeypatch.setenv("SAGALINE_API_KEYS_FILE", str(keys))
@@ -159,8 +159,8 @@ def test_invalid_settings_stop_every_command_with_a_sentence(
 ) -> None:
     from click.testing import CliRunner
 
-    from sagaline.cli import main
     from runtime.settings import get_settings
+    from sagaline.cli import main
 
     monkeypatch.setenv("SAGALINE_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("SAGALINE_KAFKA_SASL_PASSWORD", "hunter2")
