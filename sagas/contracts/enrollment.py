@@ -22,11 +22,16 @@ ENTITY_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 """What the API accepts as an id (``services/api/requests.ENTITY_ID``): plain characters, so
 every key built from one is printable."""
 MAX_ID = 100
-"""Course, student and enrollment ids; ``enrollment:<id>`` must fit an envelope key (200)."""
+"""Course and student ids (like product ids)."""
+MAX_ENROLLMENT_ID = 64
+"""An enrollment id is a saga id: the timeline's ``saga_id`` column holds 64 (like orders)."""
 
 EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ID, pattern=ENTITY_ID_PATTERN)]
+EnrollmentId = Annotated[
+    str, Field(min_length=1, max_length=MAX_ENROLLMENT_ID, pattern=ENTITY_ID_PATTERN)
+]
 ReservationId = Annotated[
-    str, Field(min_length=1, max_length=MAX_ID + 12, pattern=ENTITY_ID_PATTERN)
+    str, Field(min_length=1, max_length=MAX_ENROLLMENT_ID + 12, pattern=ENTITY_ID_PATTERN)
 ]
 Count = Annotated[int, Field(ge=0, le=MAX_UNITS)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
@@ -48,7 +53,7 @@ def reservation_id(enrollment_id: str, attempt: int) -> str:
 
 class WaitlistEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    enrollment_id: EntityId
+    enrollment_id: EnrollmentId
     student_id: EntityId
     position: int = Field(ge=1, le=MAX_UNITS)
     """1 for the head of the queue."""
@@ -56,7 +61,7 @@ class WaitlistEntry(BaseModel):
 
 class StudentEnrollment(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    enrollment_id: EntityId
+    enrollment_id: EnrollmentId
     course_id: EntityId
     credits: Count
     status: Literal["held", "enrolled"]
@@ -83,7 +88,7 @@ class ReserveSeat(Message):
 
     TYPE = "course.ReserveSeat"
     reservation_id: ReservationId
-    enrollment_id: EntityId
+    enrollment_id: EnrollmentId
     student_id: EntityId
     waitlist: bool
     ttl_seconds: float = Field(gt=0, le=86_400)
@@ -208,7 +213,7 @@ class HoldCredits(Message):
 
     TYPE = "student.HoldCredits"
     reservation_id: ReservationId
-    enrollment_id: EntityId
+    enrollment_id: EnrollmentId
     course_id: EntityId
     credits: Count
     replaces: ReservationId | None = None
