@@ -63,9 +63,7 @@ def replies(outbound: tuple[Outbound, ...]) -> list[tuple[str | None, Message]]:
     """(saga, payload) of every reply."""
     return [
         (o.envelope.saga_id, m)
-        for o, m in zip(
-            [o for o in outbound if o.channel == SAGA], sent(outbound), strict=True
-        )
+        for o, m in zip([o for o in outbound if o.channel == SAGA], sent(outbound), strict=True)
     ]
 
 

@@ -26,7 +26,9 @@ def world(courses: dict[str, tuple[int, int]], students: dict[str, int]) -> Bus:
     for course, (capacity, credits) in courses.items():
         set_course(bus, course, capacity, credits)
     for student, max_credits in students.items():
-        bus.send(STUDENT, envelope(e.SetStudent(name=student, max_credits=max_credits), key=student))
+        bus.send(
+            STUDENT, envelope(e.SetStudent(name=student, max_credits=max_credits), key=student)
+        )
     return bus
 
 
@@ -217,7 +219,9 @@ def test_a_transfer_refused_for_credits_gives_the_new_seat_back_and_keeps_the_ol
     enroll(bus, "e0", "s0", "a")
     transfer(bus, "e0", "b")
     assert status(bus, "e0") == ("ENROLLED", "a", None)
-    assert saga(bus, "e0").reason == "transfer to b refused: over max_credits: 2 taken + 3 for b > 4"
+    assert (
+        saga(bus, "e0").reason == "transfer to b refused: over max_credits: 2 taken + 3 for b > 4"
+    )
     assert (course(bus, "b").held, course(bus, "b").enrolled) == (0, {})
     assert course(bus, "a").enrolled == {"e0:t0": "s0"}
     assert (student(bus, "s0").credits_used, student(bus, "s0").credits_held) == (2, 0)

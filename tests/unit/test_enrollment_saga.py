@@ -61,9 +61,7 @@ def seat_confirmed(rid: str = R0) -> Envelope:
 
 
 def seat_released(reason: str, rid: str = R0) -> Envelope:
-    return answer(
-        e.SeatReleased(**ROSTER, reservation_id=rid, student_id="s-1", reason=reason)  # type: ignore[arg-type]
-    )
+    return answer(e.SeatReleased(**ROSTER, reservation_id=rid, student_id="s-1", reason=reason))
 
 
 def credits_held(rid: str = R0) -> Envelope:
@@ -223,9 +221,7 @@ def test_a_failed_student_check_releases_the_seat_and_rejects_with_the_reason():
     driver(seat_held())
     result = driver(credits_refused("over max_credits: 8 taken + 3 for c-1 > 10"))
     assert commands(result.outbound) == [("course", "c-1", "course.ReleaseSeat")]
-    assert statuses(result.outbound) == [
-        ("REJECTED", "over max_credits: 8 taken + 3 for c-1 > 10")
-    ]
+    assert statuses(result.outbound) == [("REJECTED", "over max_credits: 8 taken + 3 for c-1 > 10")]
 
 
 def test_a_promotion_continues_the_waitlisted_saga_to_enrolled():
@@ -253,7 +249,11 @@ def test_a_promoted_enrollment_whose_student_check_fails_is_rejected_and_gives_t
 
 
 @pytest.mark.parametrize(
-    "lost", [seat_released("expired"), answer(e.SeatConfirmRefused(**ROSTER, reservation_id=R0, reason="reservation expired"))]
+    "lost",
+    [
+        seat_released("expired"),
+        answer(e.SeatConfirmRefused(**ROSTER, reservation_id=R0, reason="reservation expired")),
+    ],
 )
 def test_a_seat_hold_that_expired_before_its_confirm_rejects_and_releases_the_credits(lost):
     driver = Driver(SAGA)
@@ -352,9 +352,7 @@ def test_a_transfer_confirms_the_new_seat_before_it_releases_the_old():
 
     held = driver(seat_held(R1, credits=5))
     assert sent(held.outbound) == [
-        e.HoldCredits(
-            reservation_id=R1, enrollment_id=E, course_id="c-2", credits=5, replaces=R0
-        )
+        e.HoldCredits(reservation_id=R1, enrollment_id=E, course_id="c-2", credits=5, replaces=R0)
     ]
     checked = driver(credits_held(R1))
     assert commands(checked.outbound) == [("course", "c-2", "course.ConfirmSeat")]
@@ -363,7 +361,7 @@ def test_a_transfer_confirms_the_new_seat_before_it_releases_the_old():
         ("course", "c-1", "course.ReleaseSeat"),
         ("student", "s-1", "student.ConfirmCredits"),
     ]
-    assert [m.reservation_id for m in sent(committed.outbound)] == [R0, R1]  # type: ignore[attr-defined]
+    assert [m.reservation_id for m in sent(committed.outbound)] == [R0, R1]
     assert driver(credits_confirmed(R1)).outbound == ()  # the old seat is not yet given back
     done = driver(seat_released("refunded", R0))
     status = last_status(done.outbound)
@@ -398,7 +396,7 @@ def test_a_transfer_refused_by_the_student_check_gives_the_new_seat_back():
     driver(seat_held(R1))
     result = driver(credits_refused("over max_credits: 3 taken + 4 for c-2 > 6", R1))
     assert commands(result.outbound) == [("course", "c-2", "course.ReleaseSeat")]
-    assert [m.reservation_id for m in sent(result.outbound)] == [R1]  # type: ignore[attr-defined]
+    assert [m.reservation_id for m in sent(result.outbound)] == [R1]
     assert statuses(result.outbound) == [
         ("ENROLLED", "transfer to c-2 refused: over max_credits: 3 taken + 4 for c-2 > 6")
     ]
@@ -463,7 +461,7 @@ def test_a_drop_during_a_committed_transfer_releases_both_seats_and_ignores_the_
     driver = transferring(committed=True)
     result = driver(envelope(e.Drop(), key=E))
     assert sorted(
-        (c, k, t, m.reservation_id)  # type: ignore[attr-defined]
+        (c, k, t, m.reservation_id)
         for (c, k, t), m in zip(commands(result.outbound), sent(result.outbound), strict=True)
     ) == [
         ("course", "c-1", "course.ReleaseSeat", R0),

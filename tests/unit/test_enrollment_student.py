@@ -25,7 +25,11 @@ def from_saga(message: Message, enrollment: str = "e-1") -> Envelope:
 
 
 def hold(
-    course: str, credits: int, enrollment: str = "e-1", attempt: int = 0, replaces: str | None = None
+    course: str,
+    credits: int,
+    enrollment: str = "e-1",
+    attempt: int = 0,
+    replaces: str | None = None,
 ) -> Envelope:
     return from_saga(
         e.HoldCredits(
