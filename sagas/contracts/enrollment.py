@@ -34,6 +34,13 @@ ReservationId = Annotated[
     str, Field(min_length=1, max_length=MAX_ENROLLMENT_ID + 12, pattern=ENTITY_ID_PATTERN)
 ]
 Count = Annotated[int, Field(ge=0, le=MAX_UNITS)]
+MAX_SEATS = 1000
+"""Most seats a course has, and most requests its waitlist keeps: every course fact carries
+the roster (up to 1000 student ids and 1000 queue entries, about 300 KB at the longest ids),
+which must fit a record (512 KiB, ``sagas/untrusted.py``)."""
+MAX_STUDENT_ENROLLMENTS = 100
+"""Most enrollments a student holds or has at once (0-credit courses cost no credits), so a
+student fact stays small too."""
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Reason = Annotated[str, Field(max_length=1000)]
 
@@ -78,7 +85,7 @@ class SetCourse(Message):
 
     TYPE = "course.Set"
     title: Name
-    capacity: Count
+    capacity: int = Field(ge=0, le=MAX_SEATS)
     credits: Count
 
 

@@ -97,6 +97,7 @@ class CourseSeats:
     name: str = "course"
     entity_type: str = "course"
     closed_window: int = 1000
+    max_waitlist: int = e.MAX_SEATS
     state_type: type[CourseState] = CourseState
 
     @property
@@ -175,6 +176,8 @@ class CourseSeats:
             return self._lift(state, held, ctx, holder=(rid, cmd.student_id))
         if not cmd.waitlist:
             return self._refuse(state, rid, "course full", ctx)
+        if len(state.waitlist) >= self.max_waitlist:
+            return self._refuse(state, rid, "course full and its waitlist too", ctx)
         queued = Queued(
             reservation_id=rid,
             enrollment_id=cmd.enrollment_id,

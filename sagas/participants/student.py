@@ -83,6 +83,7 @@ class StudentCredits:
     name: str = "student"
     entity_type: str = "student"
     closed_window: int = 1000
+    max_enrollments: int = e.MAX_STUDENT_ENROLLMENTS
     state_type: type[StudentState] = StudentState
 
     def initial(self, key: str) -> StudentState:
@@ -144,6 +145,10 @@ class StudentCredits:
         taken, needed = state.credits_used + state.credits_held, state.holding(hold)
         if others:
             reason = f"{ctx.key} is already enrolled in {cmd.course_id}"
+        elif (
+            cmd.replaces is None and len(state.holds) + len(state.enrolled) >= self.max_enrollments
+        ):
+            reason = f"{ctx.key} has {self.max_enrollments} enrollments already"
         elif taken + needed > state.max_credits:
             reason = (
                 f"over max_credits: {taken} taken + {needed} for {cmd.course_id} "

@@ -334,3 +334,14 @@ def test_commands_for_others_change_nothing():
     result = driver(envelope(e.SetStudent(name="x", max_credits=1), key=C))
     assert commands(result.outbound) == []
     assert driver.state == before
+
+
+def test_a_full_waitlist_refuses_more_requests():
+    driver = Driver(CourseSeats(max_waitlist=2))
+    driver(set_course(1))
+    for enrollment in ("e-1", "e-2", "e-3"):
+        driver(reserve(enrollment))
+    [refused] = sent(driver(reserve("e-4")).outbound)
+    assert isinstance(refused, e.SeatRefused)
+    assert refused.reason == "course full and its waitlist too"
+    assert len(driver.state.waitlist) == 2

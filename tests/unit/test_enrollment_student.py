@@ -212,3 +212,16 @@ def test_max_credits_below_the_credits_taken_is_refused():
     assert driver.state.max_credits == 10
     driver(set_student(7, name="Ada L."))
     assert (driver.state.max_credits, driver.state.name) == (7, "Ada L.")
+
+
+def test_a_student_takes_at_most_so_many_enrollments_yet_may_still_transfer():
+    driver = Driver(StudentCredits(max_enrollments=2))
+    driver(set_student(10))
+    driver(hold("c-1", 0))
+    driver(hold("c-2", 0, enrollment="e-2"))
+    refused = only_reply(driver(hold("c-3", 0, enrollment="e-3")))
+    assert isinstance(refused, e.CreditsRefused)
+    assert refused.reason == "s-1 has 2 enrollments already"
+    driver(confirm("e-1:t0"))
+    moved = only_reply(driver(hold("c-3", 0, attempt=1, replaces="e-1:t0")))
+    assert isinstance(moved, e.CreditsHeld)
