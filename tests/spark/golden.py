@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.contracts import enrollment as ec
 from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc
 from sagas.ids import derive_id, external_command_id
@@ -64,6 +65,9 @@ def variants() -> list[Message]:
         oc.OrderStatusChanged(status="CANCELLED", reason="timeout"),
         pc.Voided(amount=Decimal("7"), refunded=False),
         pc.Voided(amount=Decimal("7.10"), refunded=True),
+        ec.EnrollmentStatusChanged(status="PENDING", course_id="c-1"),
+        ec.EnrollmentStatusChanged(status="WAITLISTED", course_id="c-1", waitlist_position=2),
+        sample(ec.SeatHeld, promoted=False),
     ]
 
 
