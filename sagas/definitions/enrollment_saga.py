@@ -111,6 +111,8 @@ class EnrollmentSaga:
                 return self._transfer(state, message, ctx)
         if state.status is None or state.final or state.place is None:
             return Decision(state)  # a late or stray reply; compensations were already sent
+        # Every reply of a course or a student names the seat request it answers; which
+        # request it is says which step it belongs to (a reply for none is stale).
         rid = getattr(message, "reservation_id", None)
         if rid == state.place.rid(ctx.key) and state.status in ("PENDING", "WAITLISTED"):
             return self._enrolling(state, state.place, message, ctx)
