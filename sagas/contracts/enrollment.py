@@ -198,6 +198,7 @@ class WaitlistMoved(Message):
     """A reply only: a queued request's new position after someone ahead left the queue."""
 
     TYPE = "course.WaitlistMoved"
+    SUMMARY = Summary("moved up to position {position} of the waitlist")
     reservation_id: str
     position: int
 
