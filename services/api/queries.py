@@ -236,8 +236,8 @@ async def get_order(
 ) -> OrderPublic:
     """An order as projected; with ``?wait=`` it first waits for a final status."""
     await after.applied()
-    if after.wait_given:
-        await watch.final(ORDER_SAGA.key(order_id), after.remaining())
+    if after.wait_given:  # an order's settled statuses are its final ones
+        await watch.settled(ORDER_SAGA.key(order_id), after.remaining())
     row = await _read(engine, queries.get_row, ORDERS, order_id)
     if row is None:
         raise _missing(f"order {order_id!r}")
