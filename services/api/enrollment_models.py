@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from sagas.catalog import saga_type
 from sagas.contracts import enrollment as e
@@ -60,7 +60,7 @@ class EnrollRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     student_id: str = StudentIdField
     course_id: str = CourseIdField
-    waitlist: bool = Field(
+    waitlist: StrictBool = Field(
         True, description="When the course is full: join its waitlist (else be rejected)"
     )
 
