@@ -94,11 +94,11 @@ class EventTail:
         wanted = set(saga_keys)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while loop.time() < deadline and not all(self._settled(k) for k in wanted):
+        while loop.time() < deadline and not all(self.is_settled(k) for k in wanted):
             await asyncio.sleep(0.05)
         return {k: self.statuses[k] for k in wanted if k in self.statuses}
 
-    def _settled(self, saga_key: str) -> bool:
+    def is_settled(self, saga_key: str) -> bool:
         outcome = self.statuses.get(saga_key)
         saga = _BY_ENTITY_TYPE.get(saga_key.partition(":")[0])
         return outcome is not None and saga is not None and saga.is_settled(outcome.status)

@@ -18,10 +18,12 @@ from typing import Any
 
 import httpx
 
+from faults import checks
+from faults.history import History
 from faults.topics import Raw, read_topic
 from readside.engine import create_read_engine
 from runtime.settings import Settings
-from runtime.topics import create_topics
+from runtime.topics import EVENTS, create_topics
 from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
@@ -270,6 +272,32 @@ class Stack:
         assert response.status_code == 202, response.text
         token: str = response.json()["consistency_token"]
         return token
+
+    async def assert_enrollments_settled(
+        self, enrollment_ids: list[str], timeout: float = 120
+    ) -> dict[str, str]:
+        """Every enrollment ends settled, and at rest the fault harness's invariants hold on
+        the event topic: per course confirmed + held <= capacity at every fact and nothing
+        held, credits within max_credits, each ENROLLED enrollment holds exactly one
+        confirmed seat (its course's) and any other none. Returns the final statuses."""
+        keys = [f"enrollment:{i}" for i in enrollment_ids]
+        seen = await self.tail.wait_settled(keys, timeout)
+        unsettled = {k: seen[k].status if k in seen else None for k in keys}
+        unsettled = {k: s for k, s in unsettled.items() if not self.tail.is_settled(k)}
+        assert not unsettled, f"{len(unsettled)} enrollments never settled: {unsettled}"
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:  # a drop's release or a promotion may follow the saga's status
+            history = History.of(await read_all(self.settings, EVENTS), skip=set())
+            violations = [
+                *checks.course_seats(history),
+                *checks.enrollment_seats(history),
+                *checks.student_credits(history),
+            ]
+            if not violations or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert not violations, "\n".join(f"{v.kind} {v.subject}: {v.detail}" for v in violations)
+        return {k.split(":", 1)[1]: seen[k].status for k in keys}
 
     async def wait_stock(self, product: str, predicate: Any, timeout: float = 30) -> dict[str, Any]:
         deadline = asyncio.get_running_loop().time() + timeout
