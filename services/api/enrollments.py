@@ -39,7 +39,7 @@ from services.api.enrollment_models import (
     TransferRequest,
 )
 from services.api.errors import documented
-from services.api.queries import ERRORS, EngineDep, ReadAfterDep, WatchDep, _missing, _read
+from services.api.queries import ERRORS, EngineDep, ReadAfterDep, WatchDep, not_found, read_query
 from services.api.requests import ENTITY_ID
 from services.bus import CommandBus
 
@@ -168,9 +168,9 @@ async def get_enrollment(
     await after.applied()
     if after.wait_given:
         await watch.settled(_ENROLLMENT_SAGA.key(enrollment_id), after.remaining())
-    row = await _read(engine, queries.get_row, ENROLLMENTS, enrollment_id)
+    row = await read_query(engine, queries.get_row, ENROLLMENTS, enrollment_id)
     if row is None:
-        raise _missing(f"enrollment {enrollment_id!r}")
+        raise not_found(f"enrollment {enrollment_id!r}")
     return EnrollmentPublic.of(row)
 
 
@@ -178,9 +178,9 @@ async def get_enrollment(
 async def get_roster(course_id: CourseId, engine: EngineDep, after: ReadAfterDep) -> RosterPublic:
     """A course: who is enrolled, how many seats are held, its waitlist in position order."""
     await after.applied()
-    row = await _read(engine, queries.get_row, COURSE_ROSTER, course_id)
+    row = await read_query(engine, queries.get_row, COURSE_ROSTER, course_id)
     if row is None:
-        raise _missing(f"course {course_id!r}")
+        raise not_found(f"course {course_id!r}")
     return RosterPublic.of(row)
 
 
@@ -195,9 +195,9 @@ async def student_enrollments(
 ) -> StudentEnrollmentsPublic:
     """A student's credits and enrollments (every status, newest first)."""
     await after.applied()
-    row, rows = await _read(engine, _student_and_enrollments, student_id, limit)
+    row, rows = await read_query(engine, _student_and_enrollments, student_id, limit)
     if row is None:
-        raise _missing(f"student {student_id!r}")
+        raise not_found(f"student {student_id!r}")
     return StudentEnrollmentsPublic.of(row, rows)
 
 
