@@ -188,7 +188,8 @@ class Cycle:
             (f"/students/{s}", {"name": s, "max_credits": MAX_CREDITS}, "enrollments")
             for s in students
         ]
-        for path, body, read in puts:
+
+        async def put(path: str, body: dict[str, Any], read: str) -> None:
             response = await driver.post(path, body, f"set-{path}", "PUT")
             if response is None or response.status_code != 202:
                 raise RuntimeError(f"could not PUT {path}: {response}")
@@ -196,6 +197,8 @@ class Cycle:
             seen = await http.get(f"{path}/{read}", params={"consistency_token": token, "wait": 30})
             if seen.status_code != 200:
                 raise RuntimeError(f"{path} not projected: {seen.text}")
+
+        await asyncio.gather(*(put(*p) for p in puts))
 
     async def _inject(self, injector: Injector) -> None:
         """Process faults one after the other, poison records at random moments meanwhile,

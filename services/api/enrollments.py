@@ -60,13 +60,15 @@ IdempotencyKey = Annotated[
         description="Retries with the same key name the same command, which takes effect once",
     ),
 ]
-SENT = documented(400, 404, 415, 503, s404="No route matches (an id with a '/')")
+COMMAND_ERRORS = documented(400, 404, 415, 503, s404="No route matches (an id with a '/')")
 
 
 # --- commands ----------------------------------------------------------------------------
 
 
-@courses.put("/{course_id}", status_code=202, response_model=CourseAccepted, responses=SENT)
+@courses.put(
+    "/{course_id}", status_code=202, response_model=CourseAccepted, responses=COMMAND_ERRORS
+)
 async def set_course(
     course_id: CourseId, course: CourseRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> CourseAccepted:
@@ -77,7 +79,9 @@ async def set_course(
     return CourseAccepted(course_id=course_id, consistency_token=message_id)
 
 
-@students.put("/{student_id}", status_code=202, response_model=StudentAccepted, responses=SENT)
+@students.put(
+    "/{student_id}", status_code=202, response_model=StudentAccepted, responses=COMMAND_ERRORS
+)
 async def set_student(
     student_id: StudentId,
     student: StudentRequest,
@@ -111,7 +115,7 @@ async def enroll(
 
 
 @enrollments.delete(
-    "/{enrollment_id}", status_code=202, response_model=DropAccepted, responses=SENT
+    "/{enrollment_id}", status_code=202, response_model=DropAccepted, responses=COMMAND_ERRORS
 )
 async def drop(
     enrollment_id: EnrollmentId, bus: BusDep, idempotency_key: IdempotencyKey = None
@@ -127,7 +131,7 @@ async def drop(
     "/{enrollment_id}/transfer",
     status_code=202,
     response_model=TransferAccepted,
-    responses=SENT,
+    responses=COMMAND_ERRORS,
 )
 async def transfer(
     enrollment_id: EnrollmentId,
