@@ -124,7 +124,8 @@ def db_upgrade(revision: str) -> None:
 @click.option("--url", default=None, help="Base URL of the API (default: from settings)")
 @click.option("--timeout", default=60.0, help="Seconds to wait for the outcomes")
 def demo(url: str | None, timeout: float) -> None:
-    """Place a few orders through the API and print how each saga ended."""
+    """Place a few orders and run an enrollment story through the API; print how each
+    saga ended."""
     from sagaline.demo import run_demo
 
     _logging()
@@ -132,7 +133,10 @@ def demo(url: str | None, timeout: float) -> None:
     base = url or f"http://{settings.api_host}:{settings.api_port}"
     ok = asyncio.run(run_demo(settings, base, timeout))
     if not ok:
-        raise click.ClickException("some sagas did not reach a final status in time")
+        raise click.ClickException(
+            "some sagas did not reach a final status in time, or the enrollment story "
+            "did not end as told"
+        )
 
 
 @main.command()

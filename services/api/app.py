@@ -16,7 +16,7 @@ import sagas.contracts  # noqa: F401  (registers every contract)
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from runtime.settings import Settings
-from services.api import orders, products, queries
+from services.api import enrollments, orders, products, queries
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.errors import documented, install_error_handlers
 from services.api.freshness import ReadWatch, database_probe
@@ -60,7 +60,7 @@ def create_api(
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     # Every route can answer these; the routes document the rest (services.api.errors).
     every_route = documented(413, 422)
-    for router in (orders.router, products.router, *queries.ROUTERS):
+    for router in (orders.router, products.router, *queries.ROUTERS, *enrollments.ROUTERS):
         app.include_router(router, responses=every_route)
 
     @app.get("/healthz", tags=["health"], response_model=Health, responses=documented(413))
