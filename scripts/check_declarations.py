@@ -82,9 +82,12 @@ def _is_message_type(node: ast.expr) -> bool:
 
 def findings_in(path: Path, source: str, module: str | None = None) -> list[Finding]:
     read_side = (module or "").startswith(("readside", "spark_projections"))
+    tree = ast.parse(source, filename=str(path))
+    # A test asserting what a route answered ("saga_type" == "order") dispatches on nothing.
+    asserted = {id(n) for a in ast.walk(tree) if isinstance(a, ast.Assert) for n in ast.walk(a)}
     found: list[Finding] = []
-    for node in ast.walk(ast.parse(source, filename=str(path))):
-        if isinstance(node, ast.Compare):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and id(node) not in asserted:
             sides = [node.left, *node.comparators]
             literals = [value for side in sides for value in _literals(side)]
             if any(_is_entity_type(side) for side in sides) and (

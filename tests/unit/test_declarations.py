@@ -179,6 +179,11 @@ def test_the_lint_check_finds_every_kind_of_dispatch_on_a_particular_model() -> 
     assert findings_in(Path("readside/x.py"), GENERIC, "readside.x") == []
 
 
+def test_an_assertion_about_what_a_route_answered_is_no_dispatch() -> None:
+    source = 'def test(body):\n    assert body["saga_type"] == "order"\n'
+    assert findings_in(Path("tests/integration/x.py"), source, "tests.integration.x") == []
+
+
 def test_the_declaring_module_may_name_its_own_fold() -> None:
     source = "from sagas.projections.orders import apply_order\n"
     assert findings_in(Path("x.py"), source, "sagas.projections.orders") == []
