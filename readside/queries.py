@@ -89,14 +89,15 @@ def receipts_among(conn: Connection, command_ids: Collection[str]) -> set[str]:
     return found
 
 
-def final_among(conn: Connection, saga: SagaType, saga_ids: Collection[str]) -> set[str]:
-    """The sagas of ``saga``'s type among ``saga_ids`` whose status is final."""
+def settled_among(conn: Connection, saga: SagaType, saga_ids: Collection[str]) -> set[str]:
+    """The sagas of ``saga``'s type among ``saga_ids`` whose status is settled (what
+    ``?wait=`` waits for; for a saga that declares no resting status, the final ones)."""
     t = schema.table_of(saga.model)
     key = t.c[saga.model.key]
-    final = t.c[saga.status_column].in_(sorted(saga.statuses.final))
+    settled = t.c[saga.status_column].in_(sorted(saga.statuses.settled))
     found: set[str] = set()
     for chunk in in_chunks(saga_ids):
-        found.update(conn.execute(select(key).where(key.in_(chunk), final)).scalars())
+        found.update(conn.execute(select(key).where(key.in_(chunk), settled)).scalars())
     return found
 
 

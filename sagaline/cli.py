@@ -145,7 +145,8 @@ def db_upgrade(revision: str) -> None:
     help="File holding the API key the demo sends (`sagaline keys local` writes it)",
 )
 def demo(url: str | None, timeout: float, key_file: Path) -> None:
-    """Place a few orders through the API and print how each saga ended."""
+    """Place a few orders and run an enrollment story through the API; print how each
+    saga ended."""
     from sagaline.demo import run_demo
 
     _logging()
@@ -154,7 +155,10 @@ def demo(url: str | None, timeout: float, key_file: Path) -> None:
     key = key_file.read_text().strip() if key_file.exists() else None
     ok = asyncio.run(run_demo(settings, base, timeout, key))
     if not ok:
-        raise click.ClickException("some sagas did not reach a final status in time")
+        raise click.ClickException(
+            "some sagas did not reach a final status in time, or the enrollment story "
+            "did not end as told"
+        )
 
 
 @main.command()

@@ -1,4 +1,5 @@
-"""A short scripted run that shows each saga outcome: confirmed, rejected, declined, cancelled."""
+"""A short scripted run that shows each saga outcome: confirmed, rejected, declined, cancelled;
+then an enrollment story (``sagaline.enrollment_demo``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 import httpx
 
 from runtime.settings import Settings
+from sagaline.enrollment_demo import run_enrollment_story
 from services.api.queries import MAX_WAIT_S
 
 
@@ -80,7 +82,8 @@ async def run_demo(
                 f"stock    {product:32} -> on hand {stock.get('on_hand')}, "
                 f"reserved {stock.get('reserved')}, available {stock.get('available')}"
             )
-    return all(order is not None and order["final"] for order in outcomes)
+        told = await run_enrollment_story(http, run, timeout)
+    return told and all(order is not None and order["final"] for order in outcomes)
 
 
 async def _final_order(

@@ -17,7 +17,7 @@ from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from runtime.settings import Settings
 from services import logsafe
-from services.api import auth, orders, products, queries
+from services.api import auth, enrollments, orders, products, queries
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.errors import documented, install_error_handlers
 from services.api.freshness import ReadWatch, database_probe
@@ -66,13 +66,13 @@ def create_api(
     every_route = documented(413, 422)
     keyed = documented(401, 403) if settings.api_auth else {}
     limited = documented(429) if settings.api_auth or settings.api_rate_per_s > 0 else {}
-    for router in (orders.router, products.router):
+    for router in (orders.router, products.router, *enrollments.COMMAND_ROUTERS):
         app.include_router(
             router,
             responses=every_route | keyed | limited,
             dependencies=auth.dependencies(settings, "commands"),
         )
-    for router in queries.ROUTERS:
+    for router in (*queries.ROUTERS, *enrollments.QUERY_ROUTERS):
         app.include_router(
             router, responses=every_route | keyed, dependencies=auth.dependencies(settings, "read")
         )

@@ -1,5 +1,6 @@
 """Waiting until the read models have caught up: with a write (a consistency token) or with
-a saga's final status.
+a saga's settled status (no outcome pending: a final one, or one it rests in between
+commands, as its type declares).
 
 One poller per API process asks the database, every ``interval`` and only while somebody
 waits, which of the awaited things have arrived: a single query for any number of waiters.
@@ -25,15 +26,15 @@ from sagas.catalog import saga_type_of
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["receipt", "final"]
+Kind = Literal["receipt", "settled"]
 
 
 @dataclass(frozen=True)
 class Arrived:
     receipts: frozenset[str] = frozenset()
     """Consistency tokens whose command the projector has applied."""
-    finals: frozenset[str] = frozenset()
-    """Saga keys (``<saga entity type>:<saga id>``) whose saga is in a final status."""
+    settled: frozenset[str] = frozenset()
+    """Saga keys (``<saga entity type>:<saga id>``) whose saga is in a settled status."""
 
 
 Probe = Callable[[frozenset[str], frozenset[str]], Arrived]
@@ -72,10 +73,11 @@ class ReadWatch:
         """True once the command behind ``token`` is applied; False after ``timeout`` s."""
         return await self._wait("receipt", token, timeout)
 
-    async def final(self, saga_key: str, timeout: float) -> bool:
+    async def settled(self, saga_key: str, timeout: float) -> bool:
         """True once the saga ``saga_key`` (``<saga entity type>:<saga id>``, e.g.
-        ``order:o-1``) is in one of its final statuses; False after ``timeout`` s."""
-        return await self._wait("final", saga_key, timeout)
+        ``order:o-1``) is in one of its settled statuses (for an order: a final one);
+        False after ``timeout`` s."""
+        return await self._wait("settled", saga_key, timeout)
 
     async def _wait(self, kind: Kind, ident: str, timeout: float) -> bool:
         key = (kind, ident)
@@ -105,7 +107,7 @@ class ReadWatch:
     async def _check_once(self) -> None:
         pending = [key for key, slot in self._slots.items() if not slot.arrived.is_set()]
         tokens = frozenset(i for kind, i in pending if kind == "receipt")
-        sagas = frozenset(i for kind, i in pending if kind == "final")
+        sagas = frozenset(i for kind, i in pending if kind == "settled")
         if not tokens and not sagas:
             return
         try:
@@ -114,7 +116,7 @@ class ReadWatch:
             log.warning("read watch: could not check the read models", exc_info=True)
             return
         keys: list[tuple[Kind, str]] = [("receipt", t) for t in arrived.receipts]
-        keys += [("final", o) for o in arrived.finals]
+        keys += [("settled", o) for o in arrived.settled]
         for key in keys:
             if (slot := self._slots.get(key)) is not None:
                 slot.arrived.set()
@@ -122,20 +124,20 @@ class ReadWatch:
 
 def database_probe(engine: Engine) -> Probe:
     """A :data:`Probe` that asks the read-model database: receipts, and the statuses of the
-    awaited sagas, each type in its own read model with its own final statuses."""
+    awaited sagas, each type in its own read model with its own settled statuses."""
 
     def probe(tokens: frozenset[str], saga_keys: frozenset[str]) -> Arrived:
         by_type: dict[str, set[str]] = defaultdict(set)
         for key in saga_keys:
             saga_type, _, saga_id = key.partition(":")
             by_type[saga_type].add(saga_id)
-        finals: set[str] = set()
+        settled: set[str] = set()
         with engine.connect() as conn:
             receipts = queries.receipts_among(conn, tokens)
             for saga_type, ids in by_type.items():
                 if (saga := saga_type_of(saga_type)) is not None:
-                    found = queries.final_among(conn, saga, ids)
-                    finals.update(f"{saga_type}:{i}" for i in found)
-        return Arrived(receipts=frozenset(receipts), finals=frozenset(finals))
+                    found = queries.settled_among(conn, saga, ids)
+                    settled.update(f"{saga_type}:{i}" for i in found)
+        return Arrived(receipts=frozenset(receipts), settled=frozenset(settled))
 
     return probe

@@ -85,7 +85,7 @@ class ReadAfter:
     """The read-your-writes check of one GET: the caller's token, if any, and its budget.
 
     ``deadline`` ends the caller's ``wait`` budget (event-loop time), which a route may
-    spend on waiting for more (a final status); ``wait_given`` says the caller set one.
+    spend on waiting for more (a settled status); ``wait_given`` says the caller set one.
     """
 
     deadline: float
@@ -111,7 +111,7 @@ class ReadAfter:
             return
         # The watch only learns at its next poll: with ``wait=0`` (or a receipt that came
         # at the deadline) ask the database once before answering 504.
-        if await _read(self.engine, _applied, self.token):
+        if await read_query(self.engine, _applied, self.token):
             return
         lag = await _lag(self.engine, self.events_topic, self.end_offsets)
         raise HTTPException(
@@ -150,7 +150,8 @@ async def read_after(
             ge=0,
             le=MAX_WAIT_S,
             description=f"Seconds to wait (for the token: default {DEFAULT_WAIT_S:g}; "
-            "GET /orders/{id} also waits this long for a final status)",
+            "GET /orders/{id} and GET /enrollments/{id} also wait this long for a settled "
+            "status: an order's final one, an enrollment's not PENDING or TRANSFERRING)",
         ),
     ] = None,
 ) -> ReadAfter:
@@ -184,7 +185,7 @@ async def _lag(engine: Engine, topic: str, end_offsets: EndOffsets) -> str:
 ReadAfterDep = Annotated[ReadAfter, Depends(read_after)]
 
 
-async def _read(engine: Engine, query: Callable[..., T], *args: Any) -> T:
+async def read_query(engine: Engine, query: Callable[..., T], *args: Any) -> T:
     """Run a blocking query in a thread; a database problem is a 503, not a crash."""
 
     def run() -> T:
@@ -205,7 +206,7 @@ def _unavailable(exc: SQLAlchemyError) -> HTTPException:
     )
 
 
-def _missing(what: str) -> HTTPException:
+def not_found(what: str) -> HTTPException:
     return HTTPException(
         404,
         f"{what} not found: the id is unknown, or its first event is not projected yet "
@@ -236,11 +237,11 @@ async def get_order(
 ) -> OrderPublic:
     """An order as projected; with ``?wait=`` it first waits for a final status."""
     await after.applied()
-    if after.wait_given:
-        await watch.final(ORDER_SAGA.key(order_id), after.remaining())
-    row = await _read(engine, queries.get_row, ORDERS, order_id)
+    if after.wait_given:  # an order's settled statuses are its final ones
+        await watch.settled(ORDER_SAGA.key(order_id), after.remaining())
+    row = await read_query(engine, queries.get_row, ORDERS, order_id)
     if row is None:
-        raise _missing(f"order {order_id!r}")
+        raise not_found(f"order {order_id!r}")
     return OrderPublic.of(row)
 
 
@@ -254,11 +255,11 @@ async def customer_orders(
     """A customer's most recent orders, newest first."""
     await after.applied()
     # Newest first, as sagas.projections.listing.customer_history (tests compare the two).
-    rows = await _read(
+    rows = await read_query(
         engine, queries.rows_where, ORDERS, "customer_id", customer_id, "created_at", limit
     )
     if not rows:
-        raise _missing(f"orders of customer {customer_id!r}")
+        raise not_found(f"orders of customer {customer_id!r}")
     return CustomerOrders(customer_id=customer_id, orders=[OrderPublic.of(r) for r in rows])
 
 
@@ -266,9 +267,9 @@ async def customer_orders(
 async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> StockPublic:
     """A product's stock: on hand, reserved, available."""
     await after.applied()
-    row = await _read(engine, queries.get_row, PRODUCT_STOCK, product_id)
+    row = await read_query(engine, queries.get_row, PRODUCT_STOCK, product_id)
     if row is None:
-        raise _missing(f"stock of product {product_id!r}")
+        raise not_found(f"stock of product {product_id!r}")
     return StockPublic.of(row)
 
 
@@ -276,9 +277,9 @@ async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> S
 async def get_timeline(saga_id: Id, engine: EngineDep, after: ReadAfterDep) -> TimelinePublic:
     """Every step of a saga, oldest first, and how it ended: why a saga ended as it did."""
     await after.applied()
-    steps, saga, row = await _read(engine, _timeline_and_status, saga_id)
+    steps, saga, row = await read_query(engine, _timeline_and_status, saga_id)
     if not steps:
-        raise _missing(f"saga {saga_id!r}")
+        raise not_found(f"saga {saga_id!r}")
     status = None if row is None or saga is None else getattr(row, saga.status_column)
     return TimelinePublic(
         saga_id=saga_id,

@@ -13,21 +13,25 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
+from faults import checks
+from faults.history import History
 from faults.topics import Raw, read_topic
+from readside.engine import create_read_engine
 from runtime.settings import Settings
-from runtime.topics import create_topics
+from runtime.topics import EVENTS, create_topics
 from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from services.keys import ensure_local_key
+from services.projector.runner import Projector
 
 BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -249,6 +253,100 @@ class Stack:
             assert (fact["on_hand"], fact["reserved"]) == (expected, 0), product
         return sold
 
+    # --- enrollment (the read routes answer only in a stack with ``projected=True``) ------
+
+    async def set_course(self, course: str, capacity: int, credits: int = 3) -> str:
+        """Create or change a course; its consistency token."""
+        body = {"title": f"Course {course}", "capacity": capacity, "credits": credits}
+        return await self._accepted("PUT", f"/courses/{course}", body)
+
+    async def set_student(self, student: str, max_credits: int = 30) -> str:
+        body = {"name": f"Student {student}", "max_credits": max_credits}
+        return await self._accepted("PUT", f"/students/{student}", body)
+
+    async def enroll(
+        self, student: str, course: str, waitlist: bool = True, key: str | None = None
+    ) -> tuple[str, str]:
+        """(enrollment id, consistency token)."""
+        headers = {} if key is None else {"Idempotency-Key": key}
+        body = {"student_id": student, "course_id": course, "waitlist": waitlist}
+        response = await self.http.post("/enrollments", json=body, headers=headers)
+        assert response.status_code == 202, response.text
+        assert response.json()["status"] == "PENDING"
+        return response.json()["enrollment_id"], response.json()["consistency_token"]
+
+    async def drop(self, enrollment: str) -> str:
+        return await self._accepted("DELETE", f"/enrollments/{enrollment}")
+
+    async def transfer(self, enrollment: str, course: str) -> str:
+        body = {"course_id": course}
+        return await self._accepted("POST", f"/enrollments/{enrollment}/transfer", body)
+
+    async def enrollment(
+        self, enrollment: str, token: str | None = None, wait: float = 30
+    ) -> dict[str, Any]:
+        """GET /enrollments/{id} after ``token``'s command, once settled (up to ``wait`` s)."""
+        params: dict[str, Any] = {"wait": wait}
+        if token is not None:
+            params["consistency_token"] = token
+        response = await self.http.get(f"/enrollments/{enrollment}", params=params)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        assert body["settled"], body
+        return body
+
+    async def read(self, path: str, token: str | None = None) -> dict[str, Any]:
+        params = {} if token is None else {"consistency_token": token, "wait": 30}
+        response = await self.http.get(path, params=params)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def eventually(self, path: str, until: Any, timeout: float = 30) -> dict[str, Any]:
+        """GET ``path`` until its body satisfies ``until`` (effects the projector applies
+        from other entities' partitions); the last body, for the caller's assertion."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            response = await self.http.get(path)
+            body: dict[str, Any] = response.json()
+            if response.status_code == 200 and until(body):
+                return body
+            if asyncio.get_running_loop().time() > deadline:
+                return body
+            await asyncio.sleep(0.1)
+
+    async def _accepted(self, method: str, path: str, body: Any = None) -> str:
+        response = await self.http.request(method, path, json=body)
+        assert response.status_code == 202, response.text
+        token: str = response.json()["consistency_token"]
+        return token
+
+    async def assert_enrollments_settled(
+        self, enrollment_ids: list[str], timeout: float = 120
+    ) -> dict[str, str]:
+        """Every enrollment ends settled, and at rest the fault harness's invariants hold on
+        the event topic: per course confirmed + held <= capacity at every fact and nothing
+        held, credits within max_credits, each ENROLLED enrollment holds exactly one
+        confirmed seat (its course's) and any other none. Returns the final statuses."""
+        keys = [f"enrollment:{i}" for i in enrollment_ids]
+        seen = await self.tail.wait_settled(keys, timeout)
+        unsettled = {k: seen[k].status if k in seen else None for k in keys}
+        unsettled = {k: s for k, s in unsettled.items() if not self.tail.is_settled(k)}
+        assert not unsettled, f"{len(unsettled)} enrollments never settled: {unsettled}"
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:  # a drop's release or a promotion may follow the saga's status
+            history = History.of(await read_all(self.settings, EVENTS), skip=set())
+            violations = [
+                *checks.course_seats(history),
+                *checks.enrollment_seats(history),
+                *checks.student_credits(history),
+            ]
+            if not violations or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert not violations, "\n".join(f"{v.kind} {v.subject}: {v.detail}" for v in violations)
+        return {k.split(":", 1)[1]: seen[k].status for k in keys}
+
     async def wait_stock(self, product: str, predicate: Any, timeout: float = 30) -> dict[str, Any]:
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
@@ -260,7 +358,12 @@ class Stack:
 
 
 @asynccontextmanager
-async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stack]:
+async def running_stack(
+    settings: Settings, log_dir: Path, *, projected: bool = False
+) -> AsyncIterator[Stack]:
+    """Topics, a worker process, the API in this process and an event tail. ``projected``:
+    also a projector in this process into ``settings.database_url`` (a migrated database)
+    and the API's own lifespan, so its GET routes answer."""
     if not broker_reachable():
         raise RuntimeError(
             f"no Kafka broker at {BOOTSTRAP}: start one with `deploy/local/kafka.sh start` "
@@ -275,12 +378,25 @@ async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stac
     await tail.start()
     api = create_api(settings, bus)
     transport = httpx.ASGITransport(app=api)
+    stop = asyncio.Event()
+    engine = create_read_engine(settings.database_url) if projected else None
+    projector = asyncio.create_task(Projector(settings, engine).run(stop)) if engine else None
     try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://api", headers=auth_headers(settings)
-        ) as http:
+        async with AsyncExitStack() as stack:
+            if projected:
+                await stack.enter_async_context(api.router.lifespan_context(api))
+            http = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    transport=transport, base_url="http://api", headers=auth_headers(settings)
+                )
+            )
             yield Stack(settings, worker, http, tail)
     finally:
+        stop.set()
+        if projector is not None:
+            await projector
+        if engine is not None:
+            engine.dispose()
         await tail.stop()
         await bus.stop()
         await asyncio.to_thread(worker.stop)

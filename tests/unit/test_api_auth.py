@@ -26,7 +26,7 @@ from services.logsafe import install, redact
 
 pytestmark = pytest.mark.unit
 
-SCOPE_OF = {"post": "commands", "put": "commands", "get": "read"}
+SCOPE_OF = {"post": "commands", "put": "commands", "delete": "commands", "get": "read"}
 
 
 class RecordingBus:
@@ -76,11 +76,22 @@ def request_for(method: str, path: str) -> dict[str, Any]:
         .replace("{product_id}", "p-1")
         .replace("{customer_id}", "c-1")
         .replace("{saga_id}", "o-1")
+        .replace("{course_id}", "k-1")
+        .replace("{student_id}", "s-1")
+        .replace("{enrollment_id}", "e-1")
     )
     body: Any = None
     if (method, path) == ("post", "/orders"):
         line = {"product_id": "p-1", "quantity": 1, "unit_price": "1.00"}
         body = {"customer_id": "c-1", "lines": [line], "payment": {"method": "card"}}
+    elif (method, path) == ("post", "/enrollments"):
+        body = {"student_id": "s-1", "course_id": "k-1"}
+    elif (method, path) == ("post", "/enrollments/{enrollment_id}/transfer"):
+        body = {"course_id": "k-2"}
+    elif (method, path) == ("put", "/courses/{course_id}"):
+        body = {"title": "Physics", "capacity": 3, "credits": 4}
+    elif (method, path) == ("put", "/students/{student_id}"):
+        body = {"name": "Ada", "max_credits": 12}
     elif method == "put":
         body = {"on_hand": 3}
     return {"method": method.upper(), "url": url, "json": body}
@@ -108,7 +119,8 @@ async def test_every_route_answers_401_403_or_success_as_its_scope_says(api: Api
         "both": api.key("commands", "read"),
     }
     routes = operations(api.app)
-    assert len(routes) == 8
+    assert len(routes) == 16  # orders, stock, sagas, projections; courses, students, enrollments
+    command_routes = [r for r in routes if SCOPE_OF[r[0]] == "commands"]
     async with api.client() as http:
         for method, path in routes:
             scope = SCOPE_OF[method]
@@ -125,7 +137,8 @@ async def test_every_route_answers_401_403_or_success_as_its_scope_says(api: Api
                     assert response.status_code == expected, (method, path, response.text)
                 else:
                     assert_refused(response, 403, f"needs the '{scope}' scope", "API key")
-    assert len(api.bus.sent) == 3 * 2  # one per command route for "commands" and "both"
+    # One per command route for "commands" and "both".
+    assert len(api.bus.sent) == len(command_routes) * 2 == 8 * 2
 
 
 async def test_a_refusal_never_repeats_the_key_it_was_sent(api: Api) -> None:

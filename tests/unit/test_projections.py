@@ -332,12 +332,12 @@ class Switchboard:
 
     def __init__(self) -> None:
         self.receipts: set[str] = set()
-        self.final: set[str] = set()
+        self.settled: set[str] = set()
         self.asked = 0
 
     def __call__(self, tokens: frozenset[str], orders: frozenset[str]) -> Arrived:
         self.asked += 1
-        return Arrived(frozenset(tokens & self.receipts), frozenset(orders & self.final))
+        return Arrived(frozenset(tokens & self.receipts), frozenset(orders & self.settled))
 
 
 async def test_a_thousand_waiters_finish_and_leave_no_bookkeeping() -> None:
@@ -347,11 +347,11 @@ async def test_a_thousand_waiters_finish_and_leave_no_bookkeeping() -> None:
     try:
         tokens = [f"cmd-{i:032x}" for i in range(1000)]
         waiters = [asyncio.create_task(watch.receipt(t, timeout=10)) for t in tokens]
-        finals = [asyncio.create_task(watch.final(f"o{i}", timeout=10)) for i in range(10)]
+        finals = [asyncio.create_task(watch.settled(f"o{i}", timeout=10)) for i in range(10)]
         await asyncio.sleep(0.05)
         assert watch.open_slots == 1010
         board.receipts.update(tokens)
-        board.final.update(f"o{i}" for i in range(10))
+        board.settled.update(f"o{i}" for i in range(10))
         assert all(await asyncio.gather(*waiters, *finals))
         assert watch.open_slots == 0
         asked = board.asked
@@ -366,7 +366,7 @@ async def test_waiters_that_time_out_or_are_cancelled_leave_nothing_behind() -> 
     await watch.start()
     try:
         timing_out = [watch.receipt(f"cmd-{i:032x}", timeout=0.05) for i in range(500)]
-        cancelled = [asyncio.create_task(watch.final("o1", timeout=10)) for _ in range(500)]
+        cancelled = [asyncio.create_task(watch.settled("o1", timeout=10)) for _ in range(500)]
         assert not any(await asyncio.gather(*timing_out))
         assert watch.open_slots == 1  # the 500 waiters of o1 share one slot
         for task in cancelled:
