@@ -28,7 +28,7 @@ from readside.schema import metadata
 from runtime.settings import Settings
 from runtime.topics import create_topics
 from sagas.projections.listing import customer_history
-from sagas.projections.rows import OrderRow
+from sagas.projections.orders import OrderRow
 from services.api.app import create_api
 from services.keys import add_key
 from services.projector.runner import Projector
