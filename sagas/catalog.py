@@ -10,20 +10,39 @@ from __future__ import annotations
 from typing import Any
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.definitions.enrollment_saga import EnrollmentSaga
 from sagas.definitions.order_saga import OrderSaga
 from sagas.projections.declare import ReadModel, SagaType
+from sagas.projections.enrollments import ENROLLMENTS
 from sagas.projections.orders import ORDERS
+from sagas.projections.roster import COURSE_ROSTER
 from sagas.projections.stock import PRODUCT_STOCK
+from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
-PROCESS_CHANNELS: tuple[str, ...] = (ORDER_SAGA, INVENTORY, PAYMENT)
+ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
+PROCESS_CHANNELS: tuple[str, ...] = (
+    ORDER_SAGA,
+    INVENTORY,
+    PAYMENT,
+    ENROLLMENT_SAGA,
+    COURSE,
+    STUDENT,
+)
 """The channel (topic and table) of every saga and participant process; the wiring
 (``sagaline/wiring.py``) gives each process its name from here."""
 
-READ_MODELS: tuple[ReadModel[Any], ...] = (ORDERS, PRODUCT_STOCK)
+READ_MODELS: tuple[ReadModel[Any], ...] = (
+    ORDERS,
+    PRODUCT_STOCK,
+    ENROLLMENTS,
+    COURSE_ROSTER,
+    STUDENT_ENROLLMENTS,
+)
 
 SAGA_TYPES: tuple[SagaType, ...] = (
     SagaType(entity_type="order", statuses=OrderSaga.STATUSES, model=ORDERS),
+    SagaType(entity_type="enrollment", statuses=EnrollmentSaga.STATUSES, model=ENROLLMENTS),
 )
 
 _BY_ENTITY = {m.entity_type: m for m in READ_MODELS}

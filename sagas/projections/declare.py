@@ -212,6 +212,11 @@ class SagaType:
     def is_final(self, status: str | None) -> bool:
         return status in self.statuses.final
 
+    def is_settled(self, status: str | None) -> bool:
+        """No outcome is pending: what ``?wait=`` waits for (final, or resting between
+        commands)."""
+        return status in self.statuses.settled
+
     def __post_init__(self) -> None:
         if self.model.entity_type != self.entity_type:
             raise ValueError(f"saga {self.entity_type}: model {self.model.name} folds another")
