@@ -104,19 +104,19 @@ def test_daily_reasons_count_why_sagas_failed(
 
 
 def test_only_declared_saga_types_are_counted(spark: SparkSession) -> None:
-    """A ledger for course seats (no saga declared for ``course``) whose stream looks like
-    a saga's own (``course:c-1`` naming saga ``c-1``): not a saga in flight forever."""
+    """A ledger for lockers (no saga declared for ``locker``) whose stream looks like
+    a saga's own (``locker:c-1`` naming saga ``c-1``): not a saga in flight forever."""
     course = Envelope.wrap(
         Reserved(on_hand=30, reserved=1, reservation_id="r-1", quantity=1, expires_at="x"),
-        message_id="m-course",
-        key="course:c-1",
+        message_id="m-locker",
+        key="locker:c-1",
         occurred_at=history.T0,
         saga_id="c-1",
-        entity_type="course",
+        entity_type="locker",
         sequence=1,
     )
     events = [*history.order_history(3, products=1, seed=5), course]
     stage = pipeline.staged(records_frame(spark, place(history.encoded(events))))
     counted = {r["saga_type"] for r in analytics.sagas(stage.gated).collect()}
-    assert counted == {s.entity_type for s in SAGA_TYPES} and "course" not in counted
+    assert counted == {s.entity_type for s in SAGA_TYPES} and "locker" not in counted
     assert analytics.sagas(stage.gated, saga_types=()).count() == 0
