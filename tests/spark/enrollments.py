@@ -13,6 +13,7 @@ sometimes a student's replies stall until the saga times out. Times spread over 
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import datetime, timedelta
 
@@ -39,7 +40,7 @@ ACTIONS = (
 )
 
 
-class _Clients:
+class Clients:
     """What clients send, with ``cmd-`` ids (so receipts are recorded) and a clock."""
 
     def __init__(self, rng: random.Random, step_s: float) -> None:
@@ -77,7 +78,7 @@ def enrollment_history(
 ) -> list[Envelope]:
     """The events of about ``enrollments`` client actions, in the order they were published."""
     rng = random.Random(seed)
-    c = _Clients(rng, step_s=timedelta(days=days).total_seconds() / max(enrollments, 1) / 1.1)
+    c = Clients(rng, step_s=timedelta(days=days).total_seconds() / max(enrollments, 1) / 1.1)
     course_ids = [f"course-{i}" for i in range(courses)]
     student_ids = [f"s{i:03d}" for i in range(students)]
     for course in course_ids:
@@ -121,7 +122,7 @@ def enrollment_history(
     return list(c.bus.published)
 
 
-def enroll(c: _Clients, enrollment: str, student: str, course: str) -> None:
+def enroll(c: Clients, enrollment: str, student: str, course: str) -> None:
     waitlist = c.rng.random() < 0.85
     c.send(
         ENROLLMENT_SAGA,
@@ -130,7 +131,7 @@ def enroll(c: _Clients, enrollment: str, student: str, course: str) -> None:
     )
 
 
-def set_course(c: _Clients, course: str) -> None:
+def set_course(c: Clients, course: str) -> None:
     """A course with a few seats (capacity changes below the seats taken are refused)."""
     capacity = c.rng.choice((0, 1, 2, 3, 3, 4, 5))
     title = f"Course {course}" if c.rng.random() < 0.9 else f"Cours d'été {course} ✓"
@@ -149,3 +150,47 @@ def messy_enrollments(enrollments: int, seed: int = 13, days: int = 2) -> list[E
         enrollment_history(enrollments, seed=seed, days=days), seed=seed, prefix="enrollment:"
     )
     return history.messy(events, seed=seed + 1, entities=("enrollment:", "course:", "student:"))
+
+
+def lax_course(course: str = "c-lax") -> list[history.Raw]:
+    """A course fact and a student fact written loosely (escapes, spaces, another key order),
+    their lists holding text a JSON writer must escape (not ASCII, beyond the BMP, DEL, a
+    control character, quotes): valid for pydantic, so the projector applies them; the
+    rebuild takes the exact route for them and must write the same JSON columns."""
+    odd = ("é😀\x7f", "tab\there\u0001", 'quote"back\\slash', "plain")
+    base = {"saga_id": None, "occurred_at": "2024-03-01T09:00:00.5+00:00", "sequence": 1}
+    course_fact = {
+        **base,
+        "message_id": f"lax-{course}",
+        "key": f"course:{course}",
+        "entity_type": "course",
+        "type": e.CourseSet.TYPE,
+        "payload": {
+            "waitlist": [{"position": 1, "student_id": "s-9", "enrollment_id": "e-9"}],
+            "enrolled": list(odd),
+            "title": "Café ✓",
+            "capacity": 4,
+            "credits": 3,
+            "held": 0,
+        },
+    }
+    student_fact = {
+        **base,
+        "message_id": f"lax-{course}-student",
+        "key": "student:s-lax",
+        "entity_type": "student",
+        "type": e.StudentSet.TYPE,
+        "payload": {
+            "name": "Zoë 😀",
+            "max_credits": 9,
+            "credits_used": 3,
+            "credits_held": 0,
+            "enrollments": [
+                {"status": "enrolled", "credits": 3, "course_id": course, "enrollment_id": "e-9"}
+            ],
+        },
+    }
+    return [
+        (f"course:{course}".encode(), json.dumps(course_fact, indent=1).encode()),
+        (b"student:s-lax", json.dumps(student_fact).encode()),
+    ]

@@ -49,6 +49,7 @@ def mixed_history() -> list[tuple[bytes | None, bytes | None]]:
         *history.encoded(enrollments.messy_enrollments(400, seed=19)),
         *history.malformed(sample),
         *history.lax_order(),
+        *enrollments.lax_course(),
     ]
 
 

@@ -47,6 +47,7 @@ def records() -> list[Record]:
         *history.encoded(enrolling),
         *history.malformed(sample),
         *history.lax_order(),
+        *enrollments.lax_course(),
     ]
     return place(raws)
 

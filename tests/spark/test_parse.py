@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from readside.triage import Rejected, triage
 from sagas.catalog import READ_MODELS, SAGA_TYPES
+from sagas.contracts import enrollment as ec
 from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
 from sagas.messages import Envelope, Message
 from sagas.projections.declare import subtypes
@@ -161,3 +162,32 @@ def test_skeletons_match_only_what_envelope_encode_writes() -> None:
         pattern = contract.skeleton(event.type).replace("\\z", "\\Z")  # Python spells it \Z
         assert re.match(pattern, event.encode().decode()), event.type
         assert not re.match(pattern, event.encode().decode() + " "), event.type
+
+
+def test_a_full_roster_is_vouched_for_natively(spark: SparkSession) -> None:
+    """The longest course fact a course writes (every seat taken by the longest ids, the
+    waitlist full): its skeleton must match without overflowing Java's regex stack."""
+    seats = ec.MAX_SEATS
+    fact = golden.sample(
+        ec.SeatHeld,
+        enrolled=tuple(f"s{i:0{ec.MAX_ID - 1}d}" for i in range(seats)),
+        waitlist=tuple(
+            ec.WaitlistEntry(
+                enrollment_id=f"e{i:0{ec.MAX_ENROLLMENT_ID - 1}d}",
+                student_id=f"w{i:0{ec.MAX_ID - 1}d}",
+                position=i + 1,
+            )
+            for i in range(seats)
+        ),
+    )
+    event = Envelope.wrap(
+        fact,
+        message_id="m-full",
+        key="course:full",
+        occurred_at=golden.T0,
+        entity_type="course",
+        sequence=1,
+    )
+    raws = [(event.key.encode(), event.encode())]
+    verdicts = records_frame(spark, place(raws)).transform(parse.with_verdict)
+    assert [r["fast"] for r in verdicts.select("fast").collect()] == [True]
