@@ -126,7 +126,11 @@ def test_only_declared_saga_types_are_counted(spark: SparkSession) -> None:
         entity_type="locker",
         sequence=1,
     )
-    events = [*history.order_history(3, products=1, seed=5), course]
+    sagas = [
+        *history.order_history(3, products=1, seed=5),
+        *enrollments.enrollment_history(5, courses=1, students=2, seed=5),
+    ]
+    events = [*sagas, course]
     stage = pipeline.staged(records_frame(spark, place(history.encoded(events))))
     counted = {r["saga_type"] for r in analytics.sagas(stage.gated).collect()}
     assert counted == {s.entity_type for s in SAGA_TYPES} and "locker" not in counted
