@@ -23,7 +23,7 @@ from sagas.projections.declare import subtypes
 from sagas.projections.rows import summarize
 from spark_projections import contract, parse, pipeline
 from spark_projections.summary import summary
-from tests.spark import golden, history
+from tests.spark import enrollments, golden, history
 from tests.spark.compare import assertDataFrameEqual
 from tests.spark.frames import place, records_frame
 
@@ -89,6 +89,46 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
         *history.malformed(sample),
         *history.lax_order(),
         *near_misses,
+        *_enrollment_near_misses(),
+        *enrollments.lax_course(),
+    ]
+
+
+def _enrollment_near_misses() -> list[tuple[bytes | None, bytes | None]]:
+    """Lists of strings and of models, and a field name two types type differently
+    (``waitlist``), written just off what pydantic accepts or writes back."""
+    by_type: dict[str, Envelope] = {}
+    for event in golden.golden_events():
+        by_type.setdefault(event.type, event)  # the plain sample of each type
+    course = by_type[ec.CourseSet.TYPE]
+    text, key = course.encode().decode(), course.key.encode()
+    entry = '{"enrollment_id":"enrollment_id-1","student_id":"student_id-1","position":3}'
+    assert entry in text and '"enrolled":["enrolled-1"]' in text
+    misses = [
+        text.replace('"position":3', '"position":0'),
+        text.replace('"position":3', '"position":3.0'),
+        text.replace('"enrollment_id":"enrollment_id-1"', '"enrollment_id":"bad id"'),
+        text.replace(entry, entry[:-1] + ',"extra":1}'),
+        text.replace(entry, '{"student_id":"student_id-1","enrollment_id":"e-1","position":3}'),
+        text.replace(entry, entry + ",null"),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":["enrolled-1",null]'),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":[1]'),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":"enrolled-1"'),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":[ "enrolled-1"]'),
+        text.replace('"waitlist":[', '"waitlist":true,"w":['),
+        text.replace(entry, ""),
+    ]
+    requested = by_type[ec.EnrollmentRequested.TYPE]
+    r_text = requested.encode().decode()
+    assert '"waitlist":true' in r_text
+    r_misses = [
+        r_text.replace('"waitlist":true', '"waitlist":"true"'),
+        r_text.replace('"waitlist":true', '"waitlist":1'),
+        r_text.replace('"waitlist":true', '"waitlist":[]'),
+        r_text.replace('"waitlist":true', '"waitlist":false'),
+    ]
+    return [(key, m.encode()) for m in misses] + [
+        (requested.key.encode(), m.encode()) for m in r_misses
     ]
 
 
