@@ -17,6 +17,7 @@ from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 from sqlalchemy import String
 
 from readside import schema
@@ -86,16 +87,31 @@ def _event_values(value: Value) -> Iterator[tuple[Column, Column]]:
         case EntityId():
             yield F.lit(True), entity_id(F.col("e_key"))
         case Latest(of=of, field=name):
-            if types := _native(of):
-                yield F.col("e_type").isin(*types), F.col("p")[name]
+            for types, field in _typed(_native(of), name):
+                yield F.col("e_type").isin(*types), field
         case Difference(left=Latest(of=a, field=x), right=Latest(of=b, field=y)):
-            if types := sorted(set(_native(a)) & set(_native(b))):
-                p = F.col("p")
-                exact = "decimal(38,0)"  # longs: their difference cannot overflow here
-                yield F.col("e_type").isin(*types), p[x].cast(exact) - p[y].cast(exact)
+            both = sorted(set(_native(a)) & set(_native(b)))
+            for types, left in _typed(both, x):
+                for kinds, right in _typed(types, y):
+                    exact = "decimal(38,0)"  # longs: their difference cannot overflow here
+                    yield F.col("e_type").isin(*kinds), left.cast(exact) - right.cast(exact)
         case OrElse(first=first, then=then):
             yield from _event_values(first)
             yield from _event_values(then)
+
+
+def _typed(types: list[str], name: str) -> Iterator[tuple[list[str], Column]]:
+    """Field ``name`` of the payload, read as each of ``types`` types it (grouped by type)."""
+    by_dtype: dict[str, list[str]] = {}
+    for type_name in types:
+        by_dtype.setdefault(_dtype(type_name, name).json(), []).append(type_name)
+    for group in by_dtype.values():
+        yield group, contract.read(F.col("p"), name, _dtype(group[0], name))
+
+
+def _dtype(type_name: str, name: str) -> DataType:
+    spec = contract.native_contracts()[type_name]
+    return next(f.dtype for f in spec.fields if f.name == name)
 
 
 def _native(of: type[Message]) -> list[str]:

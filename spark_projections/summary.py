@@ -64,7 +64,8 @@ def render(model: type[Message], payload: Column) -> Column:
     if declared.when is None or declared.then is None:
         return text
     then = _template(declared, declared.then, payload, types)
-    return F.when(_is_set(payload[declared.when], model, declared.when), then).otherwise(text)
+    when = contract.read(payload, declared.when, types[declared.when])
+    return F.when(_is_set(when, model, declared.when), then).otherwise(text)
 
 
 def _template(
@@ -75,7 +76,8 @@ def _template(
         if literal:
             parts.append(F.lit(literal))
         if name is not None:
-            value, dtype = payload[name], types[name]
+            dtype = types[name]
+            value = contract.read(payload, name, dtype)
             parts.append(_count(value, dtype) if counted else _str(value, dtype))
     return F.concat(*parts) if parts else F.lit("")
 

@@ -10,7 +10,9 @@ per event type a column reads, one group-by per model; no window, no sort.
 
 Output columns are named, ordered and typed like the model's SQL table
 (:mod:`readside.schema`): ``Text`` as string, ``Integer`` as int, ``Money(p, s)`` as
-``decimal(p,s)``, ``Timestamp`` as timestamp, ``JsonList`` as its JSON text. A column the
+``decimal(p,s)``, ``Timestamp`` as timestamp, ``JsonList`` as the JSON text the projector's
+codec writes (:mod:`spark_projections.json_text`: nulls kept, every character outside
+printable ASCII escaped as Python's ``json.dumps`` escapes it). A column the
 declaration reads from a field Spark does not parse (no such field, or a type without a
 native contract) raises :class:`NoNativeTwin` when the transform is built.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
 from sagas.messages import Message
 from sagas.projections.declare import (
@@ -42,7 +45,7 @@ from sagas.projections.declare import (
     Value,
     subtypes,
 )
-from spark_projections import contract, gate, limits
+from spark_projections import contract, gate, json_text, limits
 
 _START = "_start"
 
@@ -58,7 +61,8 @@ class _Source:
 
     of: type[Message] | None
     alias: str
-    fields: tuple[str, ...]
+    fields: tuple[tuple[str, DataType], ...]
+    """(name, the Spark type every subtype's native contract gives it)"""
 
     def is_of(self) -> Column:
         if self.of is None:
@@ -67,7 +71,7 @@ class _Source:
 
     def aggregate(self) -> Column:
         matches = self.is_of()
-        payload = [F.col("p")[f].alias(f) for f in self.fields]
+        payload = [contract.read(F.col("p"), f, dtype).alias(f) for f, dtype in self.fields]
         latest = F.struct(F.col("sequence"), F.col("occurred_at"), *payload)
         return F.max_by(F.when(matches, latest), F.when(matches, F.col("sequence"))).alias(
             self.alias
@@ -105,15 +109,15 @@ def known_applied(gated: DataFrame, entity_type: str) -> DataFrame:
 
 def _sources(model: ReadModel[Any]) -> dict[type[Message] | None, _Source]:
     """One source per event type the columns read, with the fields read from it."""
-    fields: dict[type[Message] | None, list[str]] = {}
+    fields: dict[type[Message] | None, list[tuple[str, DataType]]] = {}
     for column in model.columns:
         for value in _leaves(column.value):
             match value:
                 case Latest(of=of, field=name):
-                    _check_field(model, column.name, of, name)
+                    dtype = _check_field(model, column.name, of, name)
                     wanted = fields.setdefault(of, [])
-                    if name not in wanted:
-                        wanted.append(name)
+                    if (name, dtype) not in wanted:
+                        wanted.append((name, dtype))
                 case LatestTime(of=of) | LatestSequence(of=of):
                     fields.setdefault(of, [])
     return {of: _Source(of, f"_latest{i}", tuple(f)) for i, (of, f) in enumerate(fields.items())}
@@ -128,7 +132,8 @@ def _leaves(value: Value) -> list[Value]:
     return [value]
 
 
-def _check_field(model: ReadModel[Any], column: str, of: type[Message], name: str) -> None:
+def _check_field(model: ReadModel[Any], column: str, of: type[Message], name: str) -> DataType:
+    """The Spark type of field ``name`` of ``of`` and every subtype of it."""
     where = f"read model {model.name}, column {column}"
     if name not in of.model_fields:
         raise NoNativeTwin(f"{where}: {of.__name__} has no field {name!r}")
@@ -139,6 +144,10 @@ def _check_field(model: ReadModel[Any], column: str, of: type[Message], name: st
                 f"{where}: {type_name} has no native contract (a field "
                 "spark_projections.contract cannot vouch for)"
             )
+    dtype = contract.field_type(sorted(subtypes(of)), name)
+    if dtype is None:
+        raise NoNativeTwin(f"{where}: the subtypes of {of.__name__} type {name!r} differently")
+    return dtype
 
 
 def _value(value: Value, sources: dict[type[Message] | None, _Source]) -> Column:
@@ -164,7 +173,7 @@ def _typed(kind: Kind, value: Column) -> Column:
     """``value`` as the SQL table's column holds it."""
     match kind:
         case JsonList():
-            return F.to_json(value)
+            return json_text.python_json(F.to_json(value, {"ignoreNullFields": "false"}))
         case Money(precision=precision, scale=scale):
             return value.cast(f"decimal({precision},{scale})")
         case Integer():

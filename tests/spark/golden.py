@@ -68,7 +68,34 @@ def variants() -> list[Message]:
         ec.EnrollmentStatusChanged(status="PENDING", course_id="c-1"),
         ec.EnrollmentStatusChanged(status="WAITLISTED", course_id="c-1", waitlist_position=2),
         sample(ec.SeatHeld, promoted=False),
+        ec.EnrollmentStatusChanged(status="TRANSFERRING", course_id="c-1", transfer_to="c-2"),
+        # Rosters and students empty and longer, a title that is not ASCII (still native).
+        sample(ec.CourseSet, enrolled=(), waitlist=()),
+        sample(
+            ec.CourseSet,
+            title="Cours d'été ✓",
+            enrolled=("s-1", "s-2"),
+            waitlist=tuple(_queued(i) for i in (1, 2, 3)),
+        ),
+        sample(ec.StudentSet, enrollments=()),
+        sample(
+            ec.CreditsHeld,
+            enrollments=(
+                ec.StudentEnrollment(
+                    enrollment_id="e-1", course_id="c-1", credits=3, status="held"
+                ),
+                ec.StudentEnrollment(
+                    enrollment_id="e-2", course_id="c-2", credits=0, status="enrolled"
+                ),
+            ),
+        ),
     ]
+
+
+def _queued(position: int) -> ec.WaitlistEntry:
+    return ec.WaitlistEntry(
+        enrollment_id=f"e-{position}", student_id=f"s-{position}", position=position
+    )
 
 
 def golden_events() -> list[Envelope]:

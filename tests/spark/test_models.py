@@ -1,6 +1,7 @@
-"""Each native read-model rule against the pure Python fold it re-expresses, on a messy
-history: duplicates, entities written out of order and late, gaps that never fill,
-malformed records, loosely written events (exact route) and a type from a newer producer.
+"""Each native read-model rule against the pure Python fold it re-expresses, on a messy history
+(orders, and enrollments played by the real definitions): duplicates, entities written out
+of order and late, gaps that never fill, malformed records, loosely written events (exact
+route) and a type from a newer producer.
 
 Every declared read model (:data:`sagas.catalog.READ_MODELS`) is compared: its native twin
 (its declaration, interpreted by :mod:`spark_projections.twins`) against its fold. The
@@ -27,7 +28,7 @@ from sagas.contracts.orders import OrderPlaced
 from sagas.projections.declare import Column, Latest, ReadModel
 from sagas.projections.orders import ORDERS
 from spark_projections import gate, models, pipeline, swap, twins
-from tests.spark import history
+from tests.spark import enrollments, history
 from tests.spark.compare import assertDataFrameEqual, compare
 from tests.spark.frames import T_LOG, place, records_frame
 from tests.spark.reference import Record, Reference, project
@@ -40,7 +41,14 @@ def records() -> list[Record]:
     events = history.with_gaps(history.order_history(120, products=6, seed=3))
     messy = history.messy(events, seed=4)
     sample = next(e for e in events if e.type == "order.StatusChanged" and e.sequence == 2)
-    raws = [*history.encoded(messy), *history.malformed(sample), *history.lax_order()]
+    enrolling = enrollments.messy_enrollments(150, seed=7)
+    raws = [
+        *history.encoded(messy),
+        *history.encoded(enrolling),
+        *history.malformed(sample),
+        *history.lax_order(),
+        *enrollments.lax_course(),
+    ]
     return place(raws)
 
 
