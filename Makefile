@@ -32,6 +32,8 @@ run: install
 	mkdir -p $(LOGS)
 	$(BIN)/sagaline topics create
 	$(BIN)/sagaline db upgrade
+	@echo "API key of this machine (.local/api-key; the API keeps only its hash, in .local/api-keys):"
+	@$(BIN)/sagaline keys local
 	$(MAKE) --no-print-directory stop >/dev/null
 	nohup $(BIN)/sagaline worker > $(LOGS)/worker.log 2>&1 & echo $$! > $(LOGS)/worker.pid
 	nohup $(BIN)/sagaline projector > $(LOGS)/projector.log 2>&1 & echo $$! > $(LOGS)/projector.pid
@@ -39,6 +41,7 @@ run: install
 	$(BIN)/sagaline demo
 	@echo
 	@echo "Worker, projector and API keep running (logs in $(LOGS)/). API docs: http://127.0.0.1:8000/docs"
+	@echo "Send the key above as 'Authorization: Bearer <key>'; 'sagaline keys --help' makes more."
 	@echo "Stop them with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
 
 # SIGTERM, up to 12 s for a clean stop, then SIGKILL (and a line) for whatever remains.
@@ -60,6 +63,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m scripts.check_declarations
 
 format: install
 	$(BIN)/ruff format .

@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer
 
 from benchmarks.common import delete_topics, git_rev, machine
 from readside.queries import counters
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS, create_topics
 from services.projector.offsets import topic_partitions
@@ -43,9 +44,7 @@ from tests.integration.readside import (
 
 async def raw_consume_rate(settings: Settings, ends: dict[int, int], batch: int) -> float:
     """Records/s of a group-less aiokafka consumer reading the topic from the start."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**aiokafka_options(settings), enable_auto_commit=False)
     await consumer.start()
     try:
         partitions = await topic_partitions(consumer, settings.topic(EVENTS))

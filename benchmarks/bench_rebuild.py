@@ -43,6 +43,7 @@ from sqlalchemy.exc import OperationalError
 from benchmarks.bench_projector import raw_consume_rate
 from benchmarks.common import delete_topics, git_rev, machine
 from readside.migrate import upgrade
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS, create_topics
 from services.projector.runner import Projector
@@ -60,9 +61,7 @@ async def produce(settings: Settings, events: int, products: int) -> dict[int, i
     encoded = [(e.key.encode(), e.encode()) for e in history[:events]]
     assert len(encoded) == events, f"history too short: {len(encoded)}"
     made = time.perf_counter() - started
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, acks=1, max_batch_size=1 << 20
-    )
+    producer = AIOKafkaProducer(**aiokafka_options(settings), acks=1, max_batch_size=1 << 20)
     await producer.start()
     topic, partitions = settings.topic(EVENTS), list(range(settings.partitions))
     started = time.perf_counter()

@@ -1,10 +1,12 @@
-"""Order-saga throughput and latency on a real broker, beside a plain aiokafka relay baseline.
+"""Saga throughput and latency on a real broker, beside a plain aiokafka relay baseline.
 
-    python benchmarks/bench_sagas.py [--orders 5000] [--latency-orders 2000] [--soak-seconds 0]
+    python benchmarks/bench_sagas.py [--orders 5000] [--latency-orders 2000]
+        [--enrollments 5000] [--soak-seconds 0]
 
-Prints: the machine; the baseline relay's rate through 9 hops; sagas/s at full load;
-command-to-outcome latency p50/p95/p99 at half that load; worker RSS over the run.
-Orders go straight to Kafka through the command bus (the REST API is not measured here).
+Prints: the machine; the baseline relay's rate through 9 hops; order sagas/s at full load;
+command-to-outcome latency p50/p95/p99 at half that load; enrollment sagas/s at full load
+in the same run, beside the order rate; worker RSS over the run. Commands go straight to
+Kafka through the command bus (the REST API is not measured here).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
 from benchmarks.common import RssSampler, git_rev, machine, summary_ms
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
+from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
+from sagas.contracts.enrollment import Enroll, SetCourse, SetStudent
 from sagas.contracts.ledger import SetCapacity
 from sagas.contracts.orders import OrderLine, PaymentDetails, PlaceOrder
 from sagas.ids import derive_id
@@ -36,6 +41,12 @@ from services.event_tail import EventTail
 from tests.integration.harness import Worker, free_port
 
 HOPS = 9  # place -> reserve -> reserved -> authorize -> authorized -> confirm -> confirmed -> capture -> captured
+ENROLLMENT_HOPS = 7
+"""enroll -> reserve seat -> seat held -> hold credits -> credits held -> confirm seat and
+credits -> both confirmed (the two confirms travel in parallel)."""
+COURSE_SEATS = 50
+"""Every course fact carries its roster: courses of a realistic size keep facts small (a
+course of 1000 seats would make each of its facts tens of KB)."""
 
 
 def envelope(message: Message, key: str, saga_id: str | None = None) -> Envelope:
@@ -68,7 +79,7 @@ def order(i: int, products: int) -> tuple[str, Envelope]:
 async def baseline(settings: Settings, n: int) -> float:
     """Messages/s through a plain aiokafka relay chain of HOPS hops."""
     topic, done = settings.topic("relay"), settings.topic("relay-done")
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     await admin.create_topics([NewTopic(t, settings.partitions, 1) for t in (topic, done)])
     await admin.close()
@@ -87,10 +98,8 @@ async def baseline(settings: Settings, n: int) -> float:
             str(HOPS),
         ]
     )
-    consumer = AIOKafkaConsumer(
-        done, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest"
-    )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=1)
+    consumer = AIOKafkaConsumer(done, **aiokafka_options(settings), auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(**aiokafka_options(settings), acks="all", linger_ms=1)
     await consumer.start()
     await producer.start()
     try:
@@ -134,6 +143,56 @@ async def run_orders(
     if not_confirmed:
         print(f"  note: {not_confirmed} sagas did not confirm")
     return n / (end - start), [outcomes[i].at - sent_at[i] for i in sent_at]
+
+
+def enrollment(student: int, courses: int) -> tuple[str, Envelope]:
+    """An enrollment of student ``s<student>`` in one of ``courses`` (never full: no waitlist)."""
+    enrollment_id = uuid.uuid4().hex
+    enroll = Enroll(student_id=f"s{student}", course_id=f"c{student % courses}", waitlist=False)
+    env = Envelope.wrap(
+        enroll,
+        message_id=derive_id(enrollment_id, "enroll"),
+        key=enrollment_id,
+        saga_id=enrollment_id,
+        occurred_at=datetime.now(UTC),
+    )
+    return enrollment_id, env
+
+
+async def run_enrollments(bus: CommandBus, tail: EventTail, students: range, courses: int) -> float:
+    """Enroll each of ``students`` once, all at once; returns sagas/s (to a settled status)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    keys: list[str] = []
+    for base in range(students.start, students.stop, 200):
+        items = [enrollment(i, courses) for i in range(base, min(base + 200, students.stop))]
+        keys += [f"enrollment:{enrollment_id}" for enrollment_id, _ in items]
+        await bus.send_many([(ENROLLMENT_SAGA, env) for _, env in items])
+    outcomes = await tail.wait_settled(keys, timeout=600)
+    settled = [o for k, o in outcomes.items() if tail.is_settled(k)]
+    if len(settled) < len(keys):
+        raise SystemExit(f"only {len(settled)} of {len(keys)} enrollment sagas settled")
+    not_enrolled = sum(o.status != "ENROLLED" for o in settled)
+    if not_enrolled:
+        print(f"  note: {not_enrolled} enrollment sagas did not enroll")
+    return len(keys) / (max(o.at for o in settled) - start)
+
+
+async def set_courses_and_students(bus: CommandBus, courses: int, students: int) -> None:
+    """Courses of COURSE_SEATS seats, students with credits to spare."""
+    await bus.send_many(
+        [
+            (COURSE, envelope(SetCourse(title=f"c{i}", capacity=COURSE_SEATS, credits=1), f"c{i}"))
+            for i in range(courses)
+        ]
+    )
+    for base in range(0, students, 500):
+        await bus.send_many(
+            [
+                (STUDENT, envelope(SetStudent(name=f"s{i}", max_credits=10), f"s{i}"))
+                for i in range(base, min(base + 500, students))
+            ]
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -186,6 +245,18 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"latency   command->outcome at half load ({half:,.0f}/s, {args.latency_orders} orders): {summary_ms(latencies)}"
         )
+        # Enrollment sagas in the same run, on the same worker: one student per enrollment,
+        # courses never full, so every saga takes the whole path to ENROLLED.
+        warm, n = 500, args.enrollments
+        courses = max(1, -(-(warm + n) // (COURSE_SEATS // 2)))  # half full at the end
+        await set_courses_and_students(bus, courses, warm + n)
+        await run_enrollments(bus, tail, range(warm), courses)  # warm-up
+        enroll_rate = await run_enrollments(bus, tail, range(warm, warm + n), courses)
+        print(
+            f"enroll    full load, {n} enrollments ({ENROLLMENT_HOPS} hops, {courses} courses): "
+            f"{enroll_rate:,.0f} sagas/s beside {rate:,.0f} order sagas/s "
+            f"({enroll_rate / rate:.2f}x)"
+        )
         if args.soak_seconds:
             soak_rate = args.soak_rate or half
             soak = int(soak_rate * args.soak_seconds)
@@ -208,6 +279,7 @@ if __name__ == "__main__":
     parser.add_argument("--orders", type=int, default=5000)
     parser.add_argument("--latency-orders", type=int, default=2000)
     parser.add_argument("--products", type=int, default=200)
+    parser.add_argument("--enrollments", type=int, default=5000)
     parser.add_argument("--soak-seconds", type=int, default=0)
     parser.add_argument(
         "--soak-rate", type=float, default=0, help="orders/s during the soak (default: half load)"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import declared_topics
 
@@ -98,7 +99,7 @@ def git_rev() -> str:
 
 async def delete_topics(settings: Settings) -> None:
     """Remove a benchmark's isolated topic set, so repeated runs do not fill the broker."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     try:
         await admin.delete_topics([spec.name for spec in declared_topics(settings)])

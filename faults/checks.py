@@ -9,12 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faults.history import History
-from faults.load import Attempt
+from faults.load import Attempt, EnrollAttempt
 from faults.poison import PoisonRecord
 from faults.topics import Raw
+from sagas.catalog import model_for, saga_type
+from sagas.contracts import enrollment as e
 from sagas.contracts.orders import FINAL_STATUSES
 from sagas.projections.entity import fold_entity
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from sagas.projections.orders import OrderRow
+from sagas.projections.rows import TimelineRow
+from sagas.projections.stock import StockRow
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class ReadModels:
     stock: dict[str, StockRow]
     timeline: set[TimelineRow]
     checkpoints: dict[int, int]
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Rows of further declared models (the enrollment ones), by model name and entity id."""
 
 
 @dataclass
@@ -48,6 +54,9 @@ class Observed:
     worker_lag: dict[str, int] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
     """order id -> its records on the order-saga topic (only for orders not final)."""
+    enrollments: list[EnrollAttempt] = field(default_factory=list)
+    api_enrollments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """GET /enrollments/{id} of every accepted enrollment after the drain."""
     """topic[partition] -> records the worker's stored positions are not past."""
 
 
@@ -63,6 +72,10 @@ def check_all(o: Observed) -> list[Violation]:
         *read_models(o),
         *worker_behind(o),
         *malformed_events(o.history),
+        *accepted_enrollments_settled(o),
+        *course_seats(o.history),
+        *enrollment_seats(o.history),
+        *student_credits(o.history),
     ]
 
 
@@ -408,6 +421,14 @@ def read_models(o: Observed) -> list[Violation]:
             want_stock[entity_id] = folded.row
         want_timeline.update(folded.timeline)
     rm = o.read_models
+    for name, rows in rm.tables.items():
+        want_rows = {
+            key.split(":", 1)[1]: row
+            for key in h.by_entity
+            if (model := model_for(key.split(":", 1)[0])) is not None and model.name == name
+            if (row := fold_entity(model.entity_type, None, h.contiguous(key)).row)
+        }
+        out += _diff(f"read-model-{name}", want_rows, rows)
     out += _diff("read-model-orders", want_orders, rm.orders)
     out += _diff("read-model-stock", want_stock, rm.stock)
     missing = want_timeline - rm.timeline
@@ -457,3 +478,168 @@ def malformed_events(h: History) -> list[Violation]:
         )
         for raw, reason in h.malformed
     ]
+
+
+# --- enrollments --------------------------------------------------------------------------
+
+_ENROLLMENT = saga_type("enrollment")
+
+
+def accepted_enrollments_settled(o: Observed) -> list[Violation]:
+    """Every enrollment on the event topic (accepted or not) ends settled; the API agrees
+    with the topic about the accepted ones."""
+    h = o.history
+    out = []
+    for a in o.enrollments:
+        if a.refused is not None:
+            out.append(Violation("request-refused", f"enrollment {a.enrollment_id}", a.refused))
+    accepted = {a.enrollment_id: a for a in o.enrollments if a.accepted}
+    keys = set(h.entities(_ENROLLMENT.entity_type)) | {_ENROLLMENT.key(i) for i in accepted}
+    for key in sorted(keys):
+        enrollment_id = key.split(":", 1)[1]
+        status = h.saga_status(key)
+        sent = accepted.get(enrollment_id)
+        evidence = tuple(h.describe(key))
+        if sent is not None:
+            evidence = (
+                f"  POST /enrollments 202 ({sent.student_id} -> {sent.course_id}, waitlist "
+                f"{sent.waitlist}, Idempotency-Key {sent.idempotency_key}), then {sent.commands}",
+                *evidence,
+            )
+        if not _ENROLLMENT.is_settled(status):
+            kind = "accepted-enrollment-not-settled" if sent else "event-enrollment-not-settled"
+            out.append(
+                Violation(kind, f"enrollment {enrollment_id}", f"last status {status}", evidence)
+            )
+        elif sent is not None and _api_status(o, enrollment_id) not in (None, status):
+            out.append(
+                Violation(
+                    "api-disagrees-with-events",
+                    f"enrollment {enrollment_id}",
+                    f"GET /enrollments says {_api_status(o, enrollment_id)}, the event topic "
+                    f"{status}",
+                    evidence,
+                )
+            )
+    return out
+
+
+def _api_status(o: Observed, enrollment_id: str) -> str | None:
+    seen = o.api_enrollments.get(enrollment_id)
+    return None if seen is None else seen.get("status")
+
+
+def course_seats(h: History) -> list[Violation]:
+    """Per course, confirmed + held seats never exceed the capacity (every course fact
+    carries both); at rest nothing is held, and its waitlist is what its enrollments say."""
+    out = []
+    for key in h.entities("course"):
+        stream = [ev for ev in h.stream(key) if "capacity" in ev.payload]
+        for ev in stream:
+            taken = len(ev.payload["enrolled"]) + ev.payload["held"]
+            if taken > ev.payload["capacity"]:
+                out.append(
+                    Violation(
+                        "course-overbooked",
+                        f"{key} #{ev.sequence}",
+                        f"{taken} seats taken (enrolled {len(ev.payload['enrolled'])}, held "
+                        f"{ev.payload['held']}) of {ev.payload['capacity']} after {ev.type}",
+                        tuple(h.describe(key)),
+                    )
+                )
+        if not stream:
+            continue
+        last = stream[-1].payload
+        if last["held"]:
+            out.append(
+                Violation(
+                    "seat-held-at-rest",
+                    key,
+                    f"{last['held']} seat(s) still held after the drain",
+                    tuple(h.describe(key)),
+                )
+            )
+        for entry in last["waitlist"]:
+            saga = _ENROLLMENT.key(entry["enrollment_id"])
+            status = h.saga_status(saga)
+            position = _last_position(h, saga)
+            if (status, position) != ("WAITLISTED", entry["position"]):
+                out.append(
+                    Violation(
+                        "waitlist-disagrees",
+                        f"{key} position {entry['position']}",
+                        f"{entry['enrollment_id']} is {status} at position {position}",
+                        tuple(h.describe(saga)),
+                    )
+                )
+    return out
+
+
+def _last_position(h: History, saga_key: str) -> int | None:
+    changes = [ev for ev in h.stream(saga_key) if ev.type == e.EnrollmentStatusChanged.TYPE]
+    return changes[-1].payload.get("waitlist_position") if changes else None
+
+
+def enrollment_seats(h: History) -> list[Violation]:
+    """At rest, an ENROLLED enrollment holds exactly one confirmed seat, in its course, and
+    any other holds none: never two (a transfer that confirmed the new seat released the old
+    one), never a seat left behind by a drop or a refusal."""
+    confirmed: dict[str, set[str]] = defaultdict(set)
+    for key in h.entities("course"):
+        course = key.split(":", 1)[1]
+        for ev in h.stream(key):
+            rid = ev.payload.get("reservation_id")
+            if rid is None:
+                continue
+            enrollment = str(rid).rsplit(":t", 1)[0]
+            if ev.type == e.SeatConfirmed.TYPE:
+                confirmed[enrollment].add(course)
+            elif ev.type == e.SeatReleased.TYPE and ev.payload.get("reason") == "refunded":
+                confirmed[enrollment].discard(course)
+    out = []
+    keys = set(h.entities(_ENROLLMENT.entity_type)) | {_ENROLLMENT.key(i) for i in confirmed}
+    for key in sorted(keys):
+        enrollment = key.split(":", 1)[1]
+        status = h.saga_status(key)
+        changes = [ev for ev in h.stream(key) if ev.type == e.EnrollmentStatusChanged.TYPE]
+        now_in = changes[-1].payload.get("course_id") if changes else None
+        want = {now_in} if status == "ENROLLED" else set()
+        if confirmed[enrollment] != want:
+            out.append(
+                Violation(
+                    "enrollment-seats",
+                    f"enrollment {enrollment}",
+                    f"{status} in {now_in}, confirmed seats in {sorted(confirmed[enrollment])}",
+                    tuple(h.describe(key)),
+                )
+            )
+    return out
+
+
+def student_credits(h: History) -> list[Violation]:
+    """Per student, used + held credits never exceed max_credits; none held at rest."""
+    out = []
+    for key in h.entities("student"):
+        stream = [ev for ev in h.stream(key) if "max_credits" in ev.payload]
+        for ev in stream:
+            p = ev.payload
+            if p["credits_used"] + p["credits_held"] > p["max_credits"]:
+                out.append(
+                    Violation(
+                        "credits-overdrawn",
+                        f"{key} #{ev.sequence}",
+                        f"used {p['credits_used']} + held {p['credits_held']} > "
+                        f"{p['max_credits']} after {ev.type}",
+                        tuple(h.describe(key)),
+                    )
+                )
+        if stream and stream[-1].payload["credits_held"]:
+            out.append(
+                Violation(
+                    "credits-held-at-rest",
+                    key,
+                    f"{stream[-1].payload['credits_held']} credit(s) still held after the drain",
+                    tuple(h.describe(key)),
+                )
+            )
+    return out

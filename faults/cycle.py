@@ -15,18 +15,27 @@ from sqlalchemy import select
 from faults.checks import Observed, ReadModels, Violation, check_all, dead_letter_sources
 from faults.history import History
 from faults.inject import PROCESS_FAULTS, Deck, Fault, Incident, Injector
-from faults.load import LoadDriver
+from faults.load import EnrollmentLoad, LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
-from faults.stack import Stack, create_database, cycle_settings, drop_database
+from faults.stack import Stack, create_database, cycle_api_key, cycle_settings, drop_database
 from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
 from readside import codec, queries, schema
 from readside.engine import create_read_engine
 from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS, changelog_topic
+from sagas.catalog import READ_MODELS
 from sagas.messages import ContractError, Envelope
+from sagas.projections.orders import ORDERS
+from sagas.projections.stock import PRODUCT_STOCK
 
 PRODUCTS = 4
 STOCK_START = 400
+COURSES = {"course-0": 3, "course-1": 4, "course-2": 5}
+"""Course id -> seats: small, so courses fill, waitlists form and drops promote."""
+COURSE_CREDITS = 3
+STUDENTS = 12
+MAX_CREDITS = 9
+"""Three courses' worth: some enrollments are refused for credits, too."""
 DRAIN_TIMEOUT_S = 90.0
 """Longer than the step timeout plus a rebalance: a saga whose reply was lost resolves by
 its timeout inside it; an order still not final after it was lost."""
@@ -58,6 +67,8 @@ class CycleResult:
     violations: list[Violation]
     logs: list[str]
     client_stats: dict[str, int] = field(default_factory=dict)
+    enrollments_accepted: int = 0
+    enrollments_settled: int = 0
 
 
 @dataclass
@@ -103,23 +114,35 @@ class Cycle:
     async def _exercise(self, stack: Stack, injector: Injector, db_url: str) -> CycleResult:
         products = [f"sku-{i}" for i in range(PRODUCTS)]
         limits = httpx.Limits(max_connections=50)
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=15, limits=limits) as http:
+        key = await asyncio.to_thread(cycle_api_key, stack.settings)
+        async with httpx.AsyncClient(
+            base_url=stack.api_url,
+            timeout=15,
+            limits=limits,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as http:
             driver = LoadDriver(http, products, self.rng)
+            students = [f"student-{i}" for i in range(STUDENTS)]
+            enrolling = EnrollmentLoad(http, list(COURSES), students, self.rng)
             await self._set_stock(driver, http, products)
+            await self._set_courses_and_students(driver, http, students)
             stop_supervising = asyncio.Event()
             supervisor = asyncio.create_task(injector.supervise(stop_supervising))
             self.t0 = time.monotonic()
             faults = asyncio.create_task(self._inject(injector))
             try:
-                await driver.run(self.load_s)
+                await asyncio.gather(driver.run(self.load_s), enrolling.run(self.load_s))
                 await faults
                 await self._all_up(stack)
                 api_orders = await self._drain(http, driver)
+                await self._drain_enrollments(http, enrolling)
             finally:  # on an interrupt too: nothing may restart what the cleanup stops
                 stop_supervising.set()
                 faults.cancel()
                 await asyncio.gather(supervisor, faults, return_exceptions=True)
             observed = await self._observe(stack, injector, driver, http, api_orders, db_url)
+            observed.enrollments = enrolling.attempts
+            observed.api_enrollments = await self._get_enrollments(http, enrolling)
         violations = check_all(observed) + [
             Violation("store-ahead-of-changelog", "worker tables", m)
             for m in injector.store_mismatches
@@ -136,7 +159,13 @@ class Cycle:
             violations=violations,
             logs=[str(s.log_dir / f"{s.command}-*.log") for s in stack.services]
             + [str(self.broker.home / "logs" / "server.log")],
-            client_stats=dict(driver.stats),
+            client_stats=dict(driver.stats + enrolling.stats),
+            enrollments_accepted=len(enrolling.accepted),
+            enrollments_settled=sum(
+                1
+                for a in enrolling.accepted
+                if observed.api_enrollments.get(a.enrollment_id, {}).get("settled")
+            ),
         )
 
     async def _set_stock(
@@ -154,6 +183,28 @@ class Cycle:
             )
             if seen.status_code != 200 or seen.json()["on_hand"] != STOCK_START:
                 raise RuntimeError(f"stock of {product} not projected: {seen.text}")
+
+    async def _set_courses_and_students(
+        self, driver: LoadDriver, http: httpx.AsyncClient, students: list[str]
+    ) -> None:
+        puts = [
+            (f"/courses/{c}", {"title": c, "capacity": n, "credits": COURSE_CREDITS}, "roster")
+            for c, n in COURSES.items()
+        ] + [
+            (f"/students/{s}", {"name": s, "max_credits": MAX_CREDITS}, "enrollments")
+            for s in students
+        ]
+
+        async def put(path: str, body: dict[str, Any], read: str) -> None:
+            response = await driver.post(path, body, f"set-{path}", "PUT")
+            if response is None or response.status_code != 202:
+                raise RuntimeError(f"could not PUT {path}: {response}")
+            token = response.json()["consistency_token"]
+            seen = await http.get(f"{path}/{read}", params={"consistency_token": token, "wait": 30})
+            if seen.status_code != 200:
+                raise RuntimeError(f"{path} not projected: {seen.text}")
+
+        await asyncio.gather(*(put(*p) for p in puts))
 
     async def _inject(self, injector: Injector) -> None:
         """Process faults one after the other, poison records at random moments meanwhile,
@@ -215,6 +266,36 @@ class Cycle:
                 await asyncio.sleep(1.0)
         return seen
 
+    async def _drain_enrollments(self, http: httpx.AsyncClient, load: EnrollmentLoad) -> None:
+        """Until every accepted enrollment is settled (GET /enrollments/{id}), or the drain
+        timeout; a later drop or transfer still under way is waited for by the settle loop."""
+        waiting = {a.enrollment_id for a in load.accepted}
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while waiting and time.monotonic() < deadline:
+            seen = await self._get_enrollments(http, load, waiting)
+            waiting -= {i for i, body in seen.items() if body.get("settled")}
+            if waiting:
+                await asyncio.sleep(1.0)
+
+    async def _get_enrollments(
+        self, http: httpx.AsyncClient, load: EnrollmentLoad, only: set[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        limit = asyncio.Semaphore(16)
+
+        async def look(enrollment_id: str) -> None:
+            async with limit:
+                try:
+                    response = await http.get(f"/enrollments/{enrollment_id}")
+                except httpx.TransportError:
+                    return
+            if response.status_code == 200:
+                seen[enrollment_id] = response.json()
+
+        ids = {a.enrollment_id for a in load.accepted} if only is None else only
+        await asyncio.gather(*(look(i) for i in ids))
+        return seen
+
     async def _observe(
         self,
         stack: Stack,
@@ -250,7 +331,7 @@ class Cycle:
                 k
                 for k in history.entities("product")
                 if history.stream(k)[-1].payload.get("reserved")
-            ]
+            ] + _held_seats_and_credits(history)
             caught_up = all(models.checkpoints.get(p, 0) >= e for p, e in ends.items())
             missing = expected - dead_letter_sources(dead)
             if caught_up and not reserved and not missing and not worker_lag:
@@ -333,18 +414,44 @@ def _read_models(db_url: str, events_topic: str) -> ReadModels:
         with engine.connect() as conn:
             orders = {
                 r.order_id: r
-                for r in (codec.order_row(m._mapping) for m in conn.execute(select(schema.orders)))
+                for r in (
+                    codec.row_of(ORDERS, m._mapping)
+                    for m in conn.execute(select(schema.table_of(ORDERS)))
+                )
             }
             stock = {
                 r.product_id: r
                 for r in (
-                    codec.stock_row(m._mapping) for m in conn.execute(select(schema.product_stock))
+                    codec.row_of(PRODUCT_STOCK, m._mapping)
+                    for m in conn.execute(select(schema.table_of(PRODUCT_STOCK)))
                 )
             }
             timeline = {
                 codec.timeline_row(m._mapping) for m in conn.execute(select(schema.saga_timeline))
             }
             checkpoints = queries.checkpoints(conn, events_topic)
-        return ReadModels(orders, stock, timeline, checkpoints)
+            tables = {
+                model.name: {
+                    getattr(row, model.key): row
+                    for row in (
+                        codec.row_of(model, m._mapping)
+                        for m in conn.execute(select(schema.table_of(model)))
+                    )
+                }
+                for model in READ_MODELS
+                if model not in (ORDERS, PRODUCT_STOCK)  # compared field by field above
+            }
+        return ReadModels(orders, stock, timeline, checkpoints, tables)
     finally:
         engine.dispose()
+
+
+def _held_seats_and_credits(history: History) -> list[str]:
+    """Courses and students whose last fact still holds seats or credits (a saga's
+    compensation, or a promoted enrollment, still under way)."""
+    held = []
+    for key in history.entities("course") + history.entities("student"):
+        last = history.stream(key)[-1].payload
+        if last.get("held") or last.get("credits_held"):
+            held.append(key)
+    return held

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import sagas.contracts  # noqa: F401  (registers every contract)
 from faults.topics import Raw
+from sagas.catalog import saga_type
 from sagas.contracts.orders import FINAL_STATUSES
 from sagas.messages import ContractError, Envelope
 
@@ -69,6 +70,16 @@ class History:
         status = None
         for event in self.stream(f"order:{order_id}"):
             if event.type == "order.StatusChanged":
+                status = event.payload.get("status")
+        return status
+
+    def saga_status(self, saga_key: str) -> str | None:
+        """The status of the saga's last status event, as its type declares that event
+        (None: none yet)."""
+        event_type = saga_type(saga_key.split(":", 1)[0]).statuses.event.TYPE
+        status = None
+        for event in self.stream(saga_key):
+            if event.type == event_type:
                 status = event.payload.get("status")
         return status
 

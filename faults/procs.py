@@ -149,6 +149,9 @@ class Broker:
             "SAGALINE_KAFKA_HOME": str(home),
             "SAGALINE_KAFKA_PORT": str(port),
             "SAGALINE_KAFKA_CONTROLLER_PORT": str(controller_port),
+            # A broker of the harness's own: no SASL listener, whatever the caller's env says
+            # (an inherited SAGALINE_KAFKA_SASL_PORT would collide with the main broker's).
+            "SAGALINE_KAFKA_SASL_PORT": "off",
         }
 
     @property

@@ -21,7 +21,8 @@ def cycle_line(r: CycleResult, cycles: int) -> str:
     incidents = f" | unexpected exits {len(r.incidents)}" if r.incidents else ""
     return (
         f"cycle {r.number}/{cycles}: {r.seconds:.0f} s | faults {faults} | orders attempted "
-        f"{r.attempted}, accepted {r.accepted}, final {r.final} | violations "
+        f"{r.attempted}, accepted {r.accepted}, final {r.final} | enrollments accepted "
+        f"{r.enrollments_accepted}, settled {r.enrollments_settled} | violations "
         f"{len(r.violations)}{incidents}"
     )
 

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from faults.procs import REPO, Service
 from runtime.settings import Settings
+from services.keys import ensure_local_key
 
 PG_URL = os.environ.get(
     "SAGALINE_FAULTS_PG_URL",
@@ -70,13 +72,24 @@ def cycle_settings(
         "metrics_log_s": 10.0,
         "gap_alert_s": 20.0,
         "log_level": "INFO",
+        "api_keys_file": cycle_dir / "api-keys",
     }
     return Settings(**values)
+
+
+def cycle_api_key(settings: Settings) -> str:
+    """The key the cycle's load sends (every scope; the API holds only its hash)."""
+    keys_file = settings.api_keys_file
+    return ensure_local_key(keys_file.with_name(keys_file.name + ".key"), keys_file)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGALINE_")}
     for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         env[f"SAGALINE_{name.upper()}"] = str(value)
     return env
 
@@ -127,6 +140,7 @@ class Stack:
 
     @classmethod
     def create(cls, settings: Settings, log_dir: Path) -> Stack:
+        cycle_api_key(settings)  # before the API starts, so it starts with a key
         env = settings_env(settings)
         run_cli(env, log_dir / "setup.log", "topics", "create")
         run_cli(env, log_dir / "setup.log", "db", "upgrade")

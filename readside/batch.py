@@ -10,7 +10,7 @@ once, which is what makes a crash at any point neither lose nor repeat an event.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,11 +20,12 @@ from sqlalchemy import Connection
 
 from readside import codec, store
 from readside.triage import Positioned
+from sagas.catalog import READ_MODELS, model_for
 from sagas.ids import is_external_command_id
 from sagas.messages import ContractError, Envelope
-from sagas.projections.entity import EntityRow, fold_entity
+from sagas.projections.entity import fold_entity
 from sagas.projections.ordering import Gated, gate
-from sagas.projections.rows import ORDER, PRODUCT, OrderRow, StockRow, TimelineRow
+from sagas.projections.rows import Row, TimelineRow
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def apply_batch(conn: Connection, batch: Batch, now: datetime) -> Applied:
     gated = {key: entity.gated() for key, entity in entities.items()}
     rows = _load_rows(conn, entities, gated)
     outcome = Applied(duplicates=sum(g.duplicates for g in gated.values()))
-    changed: list[EntityRow] = []
+    changed: dict[str, list[Row]] = defaultdict(list)
     timeline: list[TimelineRow] = []
     receipts: dict[str, dict[str, Any]] = {}
     for key, entity in entities.items():
@@ -94,15 +95,17 @@ def apply_batch(conn: Connection, batch: Batch, now: datetime) -> Applied:
             continue
         folded = fold_entity(entity.entity_type, rows.get(key), ready)
         if folded.row is not None:
-            changed.append(folded.row)
+            changed[entity.entity_type].append(folded.row)
         timeline.extend(folded.timeline)
         outcome.unknown.update(e.type for e in folded.unknown if e.type != REFUSED_TYPE)
         outcome.applied += len(ready) - len(folded.unknown)
         for event in ready:
             _note_receipt(receipts, entity.where(event), now)
     _write_entities(conn, entities, gated, now, outcome)
-    store.save_orders(conn, [r for r in changed if isinstance(r, OrderRow)])
-    store.save_stock(conn, [r for r in changed if isinstance(r, StockRow)])
+    # In catalog order, as the rebuild's swap locks them: two lockers, one order, no deadlock.
+    for model in READ_MODELS:
+        if new_rows := changed.get(model.entity_type):
+            store.save_rows(conn, model, new_rows)
     store.add_timeline(conn, timeline)
     store.add_receipts(conn, list(receipts.values()))
     outcome.receipts = len(receipts)
@@ -139,21 +142,18 @@ def _entity(entities: dict[str, _Entity], key: str, positions: Mapping[str, int]
 
 def _load_rows(
     conn: Connection, entities: Mapping[str, _Entity], gated: Mapping[str, Gated]
-) -> dict[str, EntityRow]:
+) -> dict[str, Row]:
     """The stored rows of the entities that have something to apply, by entity key."""
-    wanted = [e for k, e in entities.items() if gated[k].ready]
-    orders, products = _ids(wanted, ORDER), _ids(wanted, PRODUCT)
-    rows: dict[str, EntityRow] = {}
-    for order_id, order in store.load_orders(conn, orders).items():
-        rows[orders[order_id]] = order
-    for product_id, stock in store.load_stock(conn, products).items():
-        rows[products[product_id]] = stock
+    wanted: dict[str, dict[str, str]] = defaultdict(dict)  # entity type -> id -> key
+    for key, entity in entities.items():
+        if gated[key].ready and model_for(entity.entity_type) is not None:
+            wanted[entity.entity_type][key.split(":", 1)[1]] = key
+    rows: dict[str, Row] = {}
+    for model in READ_MODELS:  # catalog order, as the writes (see apply_batch)
+        if keys_by_id := wanted.get(model.entity_type):
+            for entity_id, row in store.load_rows(conn, model, keys_by_id).items():
+                rows[keys_by_id[entity_id]] = row
     return rows
-
-
-def _ids(entities: list[_Entity], entity_type: str) -> dict[str, str]:
-    """Entity id -> entity key, for the entities of one type."""
-    return {e.key.split(":", 1)[1]: e.key for e in entities if e.entity_type == entity_type}
 
 
 def _write_entities(

@@ -2,7 +2,8 @@
 
 SQLite keeps no time zone and stores NUMERIC as a float, so every time is written in UTC
 and read back as UTC, and money is rounded to cents before it is written. A row read from
-either backend then compares equal to the row the fold produced.
+either backend then compares equal to the row the fold produced. A declared model's row is
+converted column by column, by the kind its declaration gives each column.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from sagas.contracts.orders import OrderLine
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from pydantic import BaseModel
+
+from sagas.projections.declare import JsonList, Kind, Money, ReadModel, Timestamp
+from sagas.projections.rows import TimelineRow
 
 CENT = Decimal("0.01")
 
@@ -24,48 +27,45 @@ def utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def money(value: Decimal | float | int | str) -> Decimal:
-    return Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
+def money(value: Decimal | float | int | str, scale: int = 2) -> Decimal:
+    return Decimal(str(value)).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
 
 
-def order_values(row: OrderRow) -> dict[str, Any]:
-    lines = [line.model_dump(mode="json") for line in row.lines]
-    return {
-        "order_id": row.order_id,
-        "customer_id": row.customer_id,
-        "status": row.status,
-        "reason": row.reason,
-        "lines": json.dumps(lines, separators=(",", ":")),
-        "total": money(row.total),
-        "payment_method": row.payment_method,
-        "created_at": utc(row.created_at),
-        "updated_at": utc(row.updated_at),
-        "last_sequence": row.last_sequence,
-    }
+def _to_sql(kind: Kind, value: Any) -> Any:
+    if value is None:
+        return None
+    match kind:
+        case Money(scale=scale):
+            return money(value, scale)
+        case Timestamp():
+            return utc(value)
+        case JsonList():
+            items = [i.model_dump(mode="json") if isinstance(i, BaseModel) else i for i in value]
+            return json.dumps(items, separators=(",", ":"))
+    return value
 
 
-def order_row(values: Mapping[Any, Any]) -> OrderRow:
-    lines = tuple(OrderLine.model_validate(line) for line in json.loads(values["lines"]))
-    return OrderRow(
-        order_id=values["order_id"],
-        customer_id=values["customer_id"],
-        status=values["status"],
-        reason=values["reason"],
-        lines=lines,
-        total=money(values["total"]),
-        payment_method=values["payment_method"],
-        created_at=utc(values["created_at"]),
-        updated_at=utc(values["updated_at"]),
-        last_sequence=values["last_sequence"],
+def _from_sql(kind: Kind, value: Any) -> Any:
+    if value is None:
+        return None
+    match kind:
+        case Money(scale=scale):
+            return money(value, scale)
+        case Timestamp():
+            return utc(value)
+        case JsonList():
+            return json.loads(value)  # the row model validates the items
+    return value
+
+
+def row_values(model: ReadModel[Any], row: BaseModel) -> dict[str, Any]:
+    return {c.name: _to_sql(c.kind, getattr(row, c.name)) for c in model.columns}
+
+
+def row_of(model: ReadModel[Any], values: Mapping[Any, Any]) -> Any:
+    return model.row_type.model_validate(
+        {c.name: _from_sql(c.kind, values[c.name]) for c in model.columns}
     )
-
-
-def stock_values(row: StockRow) -> dict[str, Any]:
-    return row.model_dump() | {"updated_at": utc(row.updated_at)}
-
-
-def stock_row(values: Mapping[Any, Any]) -> StockRow:
-    return StockRow.model_validate(dict(values) | {"updated_at": utc(values["updated_at"])})
 
 
 def timeline_values(row: TimelineRow) -> dict[str, Any]:

@@ -6,22 +6,37 @@ time that leaves the calendar when turned into UTC) would fail the whole batch's
 transaction on every retry and stall the projector. Such an event is dead-lettered
 instead, and its entity's later events wait behind the gap it leaves, visibly (see
 /projections/status). SQLite ignores most of these limits, PostgreSQL does not; checking
-them here makes both backends behave the same.
+them here makes both backends behave the same. Which event values land in which columns of
+a read model, and what those columns hold, comes from the model's declaration.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import Column, Numeric, String
+from sqlalchemy import Column as SqlColumn
+from sqlalchemy import String
 
 from readside import codec, schema
-from sagas.contracts.ledger import LedgerFact
-from sagas.contracts.orders import OrderPlaced
+from sagas.catalog import model_for
 from sagas.ids import is_external_command_id
 from sagas.messages import Envelope, Message
-from sagas.projections.rows import ORDER, PRODUCT, entity_id
+from sagas.projections.declare import (
+    Column,
+    Difference,
+    EntityId,
+    Integer,
+    Latest,
+    Money,
+    OrElse,
+    ReadModel,
+    Text,
+    Value,
+)
+from sagas.projections.rows import entity_id
 from sagas.untrusted import encodable
 
 MAX_INT = 2**31 - 1
@@ -35,7 +50,7 @@ class _Length:
     length: int
 
     @classmethod
-    def of(cls, column: Column[str]) -> _Length:
+    def of(cls, column: SqlColumn[str]) -> _Length:
         assert isinstance(column.type, String) and column.type.length is not None
         return cls(f"{column.table.name}.{column.name}", column.type.length)
 
@@ -49,13 +64,6 @@ ENTITY_KEY = _Length.of(schema.entity_positions.c.entity_key)
 EVENT_TYPE = _Length.of(schema.saga_timeline.c.event_type)
 SAGA_ID = _Length.of(schema.saga_timeline.c.saga_id)
 COMMAND_ID = _Length.of(schema.command_receipts.c.command_id)
-ORDER_ID = _Length.of(schema.orders.c.order_id)
-PRODUCT_ID = _Length.of(schema.product_stock.c.product_id)
-CUSTOMER_ID = _Length.of(schema.orders.c.customer_id)
-PAYMENT_METHOD = _Length.of(schema.orders.c.payment_method)
-_TOTAL = schema.orders.c.total.type
-assert isinstance(_TOTAL, Numeric) and _TOTAL.precision is not None
-TOTAL_BELOW = Decimal(10) ** (_TOTAL.precision - (_TOTAL.scale or 0))
 
 
 def unstorable_reason(event: Envelope, message: Message | None) -> str | None:
@@ -69,18 +77,48 @@ def unstorable_reason(event: Envelope, message: Message | None) -> str | None:
     )
 
 
+def column_values(
+    model: ReadModel[Any], event: Envelope, message: Message | None
+) -> Iterator[tuple[Column, object]]:
+    """The values ``event`` puts into the model's columns, as its declaration says (the
+    columns a value comes from the event for; the others follow from these)."""
+    for column in model.columns:
+        for value in _event_values(column.value, event, message):
+            yield column, value
+
+
+def _event_values(value: Value, event: Envelope, message: Message | None) -> Iterator[object]:
+    match value:
+        case EntityId():
+            yield entity_id(event)
+        case Latest(of=of, field=name) if isinstance(message, of):
+            yield getattr(message, name)
+        case Difference(left=Latest(of=a, field=x), right=Latest(of=b, field=y)) if isinstance(
+            message, a
+        ) and isinstance(message, b):
+            yield getattr(message, x) - getattr(message, y)
+        case OrElse(first=first, then=then):
+            yield from _event_values(first, event, message)
+            yield from _event_values(then, event, message)
+
+
+def _model_values(event: Envelope, message: Message | None) -> list[tuple[Column, object]]:
+    model = model_for(event.entity_type or "")
+    return [] if model is None else list(column_values(model, event, message))
+
+
 def _lengths_problem(event: Envelope, message: Message | None) -> str | None:
     checks = [(ENTITY_KEY, event.key), (EVENT_TYPE, event.type), (SAGA_ID, event.saga_id)]
     if is_external_command_id(event.causation_id):
         checks.append((COMMAND_ID, event.causation_id))
-    if event.entity_type == ORDER:
-        checks.append((ORDER_ID, entity_id(event)))
-    elif event.entity_type == PRODUCT:
-        checks.append((PRODUCT_ID, entity_id(event)))
-    if isinstance(message, OrderPlaced):
-        checks += [(CUSTOMER_ID, message.customer_id), (PAYMENT_METHOD, message.payment_method)]
-    for limit, value in checks:
-        if (problem := limit.problem(value)) is not None:
+    model = model_for(event.entity_type or "")
+    for column, value in _model_values(event, message):
+        if isinstance(column.kind, Text) and column.kind.length is not None:
+            assert model is not None
+            where = _Length(f"{model.name}.{column.name}", column.kind.length)
+            checks.append((where, value if isinstance(value, str) else None))
+    for limit, text in checks:
+        if (problem := limit.problem(text)) is not None:
             return problem
     return None
 
@@ -88,19 +126,18 @@ def _lengths_problem(event: Envelope, message: Message | None) -> str | None:
 def _numbers_problem(event: Envelope, message: Message | None) -> str | None:
     if not 1 <= (event.sequence or 0) <= MAX_INT:
         return f"sequence {event.sequence} is outside 1..{MAX_INT}"
-    if isinstance(message, OrderPlaced):
-        total = message.total
-        if not total.is_finite() or abs(codec.money(total)) >= TOTAL_BELOW:
-            return f"orders.total holds less than {TOTAL_BELOW}, got {total}"
-    if isinstance(message, LedgerFact):
-        counts = {
-            "on_hand": message.on_hand,
-            "reserved": message.reserved,
-            "available": message.on_hand - message.reserved,
-        }
-        for name, value in counts.items():
-            if not -MAX_INT - 1 <= value <= MAX_INT:
-                return f"product_stock.{name} is an INTEGER, got {value}"
+    model = model_for(event.entity_type or "")
+    for column, value in _model_values(event, message):
+        assert model is not None
+        where = f"{model.name}.{column.name}"
+        match column.kind:
+            case Money(precision=precision, scale=scale) if isinstance(value, Decimal):
+                below = Decimal(10) ** (precision - scale)
+                if not value.is_finite() or abs(codec.money(value, scale)) >= below:
+                    return f"{where} holds less than {below}, got {value}"
+            case Integer() if isinstance(value, int):
+                if not -MAX_INT - 1 <= value <= MAX_INT:
+                    return f"{where} is an INTEGER, got {value}"
     return None
 
 

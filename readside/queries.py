@@ -1,6 +1,7 @@
 """What the API reads: plain SELECTs over the read-model tables, never the domain model.
 
-List orders follow :mod:`sagas.projections.listing` (tests compare the two).
+Every model is read the same way, through its declaration; list orders follow
+:mod:`sagas.projections.listing` (tests compare the two).
 """
 
 from __future__ import annotations
@@ -8,37 +9,40 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import Connection, func, select
 
 from readside import codec, schema
 from readside.store import in_chunks
-from sagas.contracts.orders import FINAL_STATUSES
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from sagas.projections.declare import ReadModel, SagaType
+from sagas.projections.rows import TimelineRow
+
+R = TypeVar("R", bound=BaseModel)
 
 
-def get_order(conn: Connection, order_id: str) -> OrderRow | None:
-    t = schema.orders
-    row = conn.execute(select(t).where(t.c.order_id == order_id)).first()
-    return None if row is None else codec.order_row(row._mapping)
+def get_row(conn: Connection, model: ReadModel[R], entity_id: str) -> R | None:
+    """An entity's row in ``model``."""
+    t = schema.table_of(model)
+    row = conn.execute(select(t).where(t.c[model.key] == entity_id)).first()
+    row_of: R | None = None if row is None else codec.row_of(model, row._mapping)
+    return row_of
 
 
-def customer_orders(conn: Connection, customer_id: str, limit: int) -> list[OrderRow]:
-    """Newest first, as :func:`sagas.projections.listing.customer_history`."""
-    t = schema.orders
+def rows_where(
+    conn: Connection, model: ReadModel[R], column: str, value: str, newest_by: str, limit: int
+) -> list[R]:
+    """The rows whose ``column`` is ``value``, newest first by ``newest_by`` (the key breaks
+    ties, descending too)."""
+    t = schema.table_of(model)
     query = (
         select(t)
-        .where(t.c.customer_id == customer_id)
-        .order_by(t.c.created_at.desc(), t.c.order_id.desc())
+        .where(t.c[column] == value)
+        .order_by(t.c[newest_by].desc(), t.c[model.key].desc())
         .limit(limit)
     )
-    return [codec.order_row(row._mapping) for row in conn.execute(query)]
-
-
-def get_stock(conn: Connection, product_id: str) -> StockRow | None:
-    t = schema.product_stock
-    row = conn.execute(select(t).where(t.c.product_id == product_id)).first()
-    return None if row is None else codec.stock_row(row._mapping)
+    return [codec.row_of(model, row._mapping) for row in conn.execute(query)]
 
 
 def saga_timeline(conn: Connection, saga_id: str) -> list[TimelineRow]:
@@ -85,13 +89,15 @@ def receipts_among(conn: Connection, command_ids: Collection[str]) -> set[str]:
     return found
 
 
-def final_orders_among(conn: Connection, order_ids: Collection[str]) -> set[str]:
-    t = schema.orders
-    final = t.c.status.in_(sorted(FINAL_STATUSES))
+def settled_among(conn: Connection, saga: SagaType, saga_ids: Collection[str]) -> set[str]:
+    """The sagas of ``saga``'s type among ``saga_ids`` whose status is settled (what
+    ``?wait=`` waits for; for a saga that declares no resting status, the final ones)."""
+    t = schema.table_of(saga.model)
+    key = t.c[saga.model.key]
+    settled = t.c[saga.status_column].in_(sorted(saga.statuses.settled))
     found: set[str] = set()
-    for chunk in in_chunks(order_ids):
-        query = select(t.c.order_id).where(t.c.order_id.in_(chunk), final)
-        found.update(conn.execute(query).scalars())
+    for chunk in in_chunks(saga_ids):
+        found.update(conn.execute(select(key).where(key.in_(chunk), settled)).scalars())
     return found
 
 

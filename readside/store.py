@@ -9,12 +9,14 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Connection, delete, select
 
 from readside import codec, schema
 from readside.upsert import upsert
 from sagas.messages import Envelope
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from sagas.projections.declare import ReadModel
+from sagas.projections.rows import TimelineRow
 
 # Ids in one IN (...) list; keeps statements small on both backends.
 IN_CHUNK = 1000
@@ -49,21 +51,14 @@ def load_pending(conn: Connection, keys: Collection[str]) -> list[Mapping[Any, A
     return found
 
 
-def load_orders(conn: Connection, order_ids: Collection[str]) -> dict[str, OrderRow]:
-    t = schema.orders
-    found: dict[str, OrderRow] = {}
-    for chunk in in_chunks(order_ids):
-        for row in conn.execute(select(t).where(t.c.order_id.in_(chunk))):
-            found[row.order_id] = codec.order_row(row._mapping)
-    return found
-
-
-def load_stock(conn: Connection, product_ids: Collection[str]) -> dict[str, StockRow]:
-    t = schema.product_stock
-    found: dict[str, StockRow] = {}
-    for chunk in in_chunks(product_ids):
-        for row in conn.execute(select(t).where(t.c.product_id.in_(chunk))):
-            found[row.product_id] = codec.stock_row(row._mapping)
+def load_rows(conn: Connection, model: ReadModel[Any], ids: Collection[str]) -> dict[str, Any]:
+    """The stored rows of ``model`` for these entity ids, by entity id."""
+    t = schema.table_of(model)
+    key = t.c[model.key]
+    found: dict[str, Any] = {}
+    for chunk in in_chunks(ids):
+        for row in conn.execute(select(t).where(key.in_(chunk))):
+            found[row._mapping[model.key]] = codec.row_of(model, row._mapping)
     return found
 
 
@@ -76,12 +71,8 @@ def load_checkpoints(conn: Connection, topic: str) -> dict[int, int]:
 # --- writes ----------------------------------------------------------------------------
 
 
-def save_orders(conn: Connection, rows: Sequence[OrderRow]) -> None:
-    upsert(conn, schema.orders, [codec.order_values(r) for r in rows])
-
-
-def save_stock(conn: Connection, rows: Sequence[StockRow]) -> None:
-    upsert(conn, schema.product_stock, [codec.stock_values(r) for r in rows])
+def save_rows(conn: Connection, model: ReadModel[Any], rows: Sequence[BaseModel]) -> None:
+    upsert(conn, schema.table_of(model), [codec.row_values(model, r) for r in rows])
 
 
 def add_timeline(conn: Connection, rows: Sequence[TimelineRow]) -> None:

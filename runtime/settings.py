@@ -11,8 +11,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+
+KafkaProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class Settings(BaseSettings):
@@ -37,6 +41,36 @@ class Settings(BaseSettings):
     )
     command_retention_ms: int = Field(
         7 * 24 * 3600 * 1000, description="Retention of command and reply topics"
+    )
+    kafka_security_protocol: KafkaProtocol = Field(
+        "PLAINTEXT",
+        description="How every Kafka client (worker, API, projector, rebuild, CLI) reaches the brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    )
+    kafka_sasl_mechanism: SaslMechanism = Field(
+        "SCRAM-SHA-512",
+        description="SASL mechanism under a SASL_* protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    )
+    kafka_sasl_username: str = Field(
+        "", description="SASL user name; required under a SASL_* protocol"
+    )
+    kafka_sasl_password: SecretStr | None = Field(
+        None,
+        description="SASL password (or SAGALINE_KAFKA_SASL_PASSWORD_FILE; exactly one under a SASL_* protocol); never logged",
+    )
+    kafka_sasl_password_file: Path | None = Field(
+        None,
+        description="File holding the SASL password (its first line), read when a client starts; e.g. a mounted Kubernetes secret",
+    )
+    kafka_ssl_cafile: Path | None = Field(
+        None,
+        description="PEM file of the CA(s) that signed the brokers' certificates (SSL, SASL_SSL); default: the system's trust store",
+    )
+    kafka_ssl_certfile: Path | None = Field(
+        None,
+        description="PEM client certificate, for brokers that require TLS client authentication (with SAGALINE_KAFKA_SSL_KEYFILE)",
+    )
+    kafka_ssl_keyfile: Path | None = Field(
+        None, description="PEM private key of SAGALINE_KAFKA_SSL_CERTFILE"
     )
 
     app_id: str = Field(
@@ -132,6 +166,32 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest request body the REST API reads; a longer one (by Content-Length or counted while it streams) is answered 413 before it is parsed",
     )
+    database_password_file: Path | None = Field(
+        None,
+        description="File holding the read-model database's password (its first line), for a SAGALINE_DATABASE_URL written without one; the only other place a password may be is the URL",
+    )
+    api_auth: bool = Field(
+        True,
+        description="Require an API key on every route but /healthz; `false` opens every route to anyone who reaches the API (logged as a warning at start)",
+    )
+    api_keys_file: Path = Field(
+        Path(".local/api-keys"),
+        description="The API's key file: one salted hash per line (`sagaline keys create|list|revoke` edit it; re-read when it changes)",
+    )
+    api_keys: str = Field(
+        "",
+        description="More API keys, as key-file lines separated by `;` (hashes, never keys); for deployments that pass secrets as variables",
+    )
+    api_rate_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="Commands per second each API key may send (a token bucket per key, per API process); over it: 429 with Retry-After. 0: no limit",
+    )
+    api_rate_burst: int = Field(
+        20,
+        ge=1,
+        description="Commands a key may send at once before SAGALINE_API_RATE_PER_S paces it (the bucket's size)",
+    )
 
     projector_batch_size: int = Field(
         2000,
@@ -196,6 +256,48 @@ class Settings(BaseSettings):
         description="Pause after the staging tables are full, before the swap; only for kill tests (0 in production)",
     )
 
+    @model_validator(mode="after")
+    def _credentials_are_whole(self) -> Settings:
+        """Refuse at start what would only fail at the first connection, and say why."""
+        if self.kafka_security_protocol.startswith("SASL_"):
+            given = (self.kafka_sasl_password is not None) + (
+                self.kafka_sasl_password_file is not None
+            )
+            if not self.kafka_sasl_username or given != 1:
+                raise ValueError(
+                    f"SAGALINE_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                    "SAGALINE_KAFKA_SASL_USERNAME and exactly one of "
+                    "SAGALINE_KAFKA_SASL_PASSWORD or SAGALINE_KAFKA_SASL_PASSWORD_FILE"
+                )
+        if (self.kafka_ssl_certfile is None) != (self.kafka_ssl_keyfile is None):
+            raise ValueError(
+                "SAGALINE_KAFKA_SSL_CERTFILE and SAGALINE_KAFKA_SSL_KEYFILE go together"
+            )
+        if self.database_password_file is not None and _password_in(self.database_url):
+            raise ValueError(
+                "the database password is given twice: in SAGALINE_DATABASE_URL and in "
+                "SAGALINE_DATABASE_PASSWORD_FILE; keep one"
+            )
+        return self
+
+    def kafka_sasl_secret(self) -> str:
+        """The SASL password, from the setting or its file (read now: a rotated secret file
+        is picked up by the next client)."""
+        if self.kafka_sasl_password_file is not None:
+            return _first_line(self.kafka_sasl_password_file, "SAGALINE_KAFKA_SASL_PASSWORD_FILE")
+        return (
+            "" if self.kafka_sasl_password is None else self.kafka_sasl_password.get_secret_value()
+        )
+
+    def database_url_with_password(self) -> str:
+        """``database_url``, with the password of ``database_password_file`` put in. Only for
+        opening connections: print :func:`masked_url` of it, never the URL itself."""
+        if self.database_password_file is None:
+            return self.database_url
+        password = _first_line(self.database_password_file, "SAGALINE_DATABASE_PASSWORD_FILE")
+        url = make_url(self.database_url).set(password=password)
+        return url.render_as_string(hide_password=False)
+
     def topic(self, channel: str) -> str:
         return f"{self.topic_prefix}.{channel}"
 
@@ -206,6 +308,32 @@ class Settings(BaseSettings):
     @property
     def silent_methods(self) -> frozenset[str]:
         return _methods(self.payment_silent_methods)
+
+
+def masked_url(url: str) -> str:
+    """A database URL fit to print: the password (if any) shown as ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: show none of it
+        return "<a database URL SQLAlchemy cannot parse>"
+
+
+def _password_in(url: str) -> bool:
+    try:
+        return bool(make_url(url).password)
+    except Exception:  # the engine will say what is wrong with it
+        return False
+
+
+def _first_line(path: Path, setting: str) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{setting}: cannot read {path} ({exc.strerror})") from None
+    lines = text.splitlines()
+    if not lines or not lines[0]:
+        raise ValueError(f"{setting}: the first line of {path} is empty")
+    return lines[0]
 
 
 def _methods(csv: str) -> frozenset[str]:

@@ -13,16 +13,18 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
+from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
+from sagas.catalog import INVENTORY as INVENTORY
+from sagas.catalog import ORDER_SAGA as ORDER_SAGA
+from sagas.catalog import PAYMENT as PAYMENT
+from sagas.catalog import PROCESS_CHANNELS as PROCESS_CHANNELS
 
-# Logical channels: the saga core names these; each maps to one topic.
-ORDER_SAGA = "order-saga"
-INVENTORY = "inventory"
-PAYMENT = "payment"
+# Logical channels: the saga core names its processes' (sagas.catalog); each maps to one topic.
 EVENTS = "events"
 DEAD_LETTERS = "deadletter"
-PROCESS_CHANNELS = (ORDER_SAGA, INVENTORY, PAYMENT)
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,7 @@ class TopicMismatch(RuntimeError):
 async def create_topics(settings: Settings) -> list[str]:
     """Create every declared topic that does not exist yet; returns the names created.
     Raises :class:`TopicMismatch` naming each topic the broker refused to create."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
+    admin = await _started_admin(settings)
     try:
         existing = set(await admin.list_topics())
         missing = [s for s in declared_topics(settings) if s.name not in existing]
@@ -87,6 +88,17 @@ async def create_topics(settings: Settings) -> list[str]:
         return [s.name for s in missing]
     finally:
         await admin.close()
+
+
+async def _started_admin(settings: Settings) -> AIOKafkaAdminClient:
+    """An admin client, started; :class:`KafkaUnreachable` says why not (a refused login)."""
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
+    try:
+        await admin.start()
+    except KafkaError as exc:
+        await admin.close()
+        raise await unreachable(settings, exc) from exc
+    return admin
 
 
 TOPIC_ALREADY_EXISTS = 36
@@ -118,8 +130,7 @@ async def check_topics(settings: Settings, wait_s: float = 10.0) -> None:
 
 
 async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
+    admin = await _started_admin(settings)
     try:
         specs = declared_topics(settings)
         described = await admin.describe_topics([s.name for s in specs])

@@ -1,14 +1,20 @@
-"""The ``sagaline`` command line: topics, worker, projector, api, db, demo."""
+"""The ``sagaline`` command line: topics, worker, projector, api, db, demo, keys."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
 from runtime.settings import get_settings
+from services import logsafe
+
+LOCAL_KEY = Path(".local/api-key")
+"""The key `make run` creates and the demo sends (the API stores only its hash)."""
 
 
 def _logging() -> None:
@@ -23,6 +29,12 @@ def _logging() -> None:
 @click.group()
 def main() -> None:
     """Sagaline: sagas over Kafka, and read models rebuilt from the event log."""
+    logsafe.install()
+    try:
+        get_settings()
+    except ValidationError as exc:  # a sentence per wrong setting, not a traceback
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise click.ClickException(f"invalid settings: {problems}") from None
 
 
 @main.group()
@@ -33,12 +45,13 @@ def topics() -> None:
 @topics.command("create")
 def topics_create() -> None:
     """Create every declared topic that does not exist yet (explicit partitions and retention)."""
+    from runtime.kafka_security import KafkaUnreachable
     from runtime.topics import TopicMismatch, create_topics, declared_topics
 
     settings = get_settings()
     try:
         created = asyncio.run(create_topics(settings))
-    except TopicMismatch as exc:
+    except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(str(exc)) from exc
     for spec in declared_topics(settings):
         mark = "created" if spec.name in created else "exists "
@@ -48,11 +61,12 @@ def topics_create() -> None:
 @topics.command("check")
 def topics_check() -> None:
     """Exit non-zero when a topic is missing or has another partition count than declared."""
+    from runtime.kafka_security import KafkaUnreachable
     from runtime.topics import TopicMismatch, check_topics
 
     try:
         asyncio.run(check_topics(get_settings()))
-    except TopicMismatch as exc:
+    except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo("all topics match their declarations")
 
@@ -61,6 +75,7 @@ def topics_check() -> None:
 def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
     import sagas.contracts  # noqa: F401
+    from runtime.kafka_security import KafkaUnreachable
     from runtime.topics import TopicMismatch, check_topics
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
@@ -69,7 +84,7 @@ def worker() -> None:
     settings = get_settings()
     try:
         asyncio.run(check_topics(settings))
-    except TopicMismatch as exc:
+    except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
     app, _ = create_app(settings, build_processes(settings))
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
@@ -111,28 +126,39 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True, help="Alembic revision to reach")
 def db_upgrade(revision: str) -> None:
     """Create or migrate the read-model schema (Alembic) at settings.database_url."""
-    from sqlalchemy.engine import make_url
-
     from readside.migrate import upgrade
+    from runtime.settings import masked_url
 
-    url = get_settings().database_url
-    upgrade(url, revision)
-    click.echo(f"read-model database at {make_url(url).render_as_string()} is at {revision}")
+    settings = get_settings()
+    upgrade(settings.database_url_with_password(), revision)
+    click.echo(f"read-model database at {masked_url(settings.database_url)} is at {revision}")
 
 
 @main.command()
 @click.option("--url", default=None, help="Base URL of the API (default: from settings)")
 @click.option("--timeout", default=60.0, help="Seconds to wait for the outcomes")
-def demo(url: str | None, timeout: float) -> None:
-    """Place a few orders through the API and print how each saga ended."""
+@click.option(
+    "--key-file",
+    type=click.Path(path_type=Path),
+    default=LOCAL_KEY,
+    show_default=True,
+    help="File holding the API key the demo sends (`sagaline keys local` writes it)",
+)
+def demo(url: str | None, timeout: float, key_file: Path) -> None:
+    """Place a few orders and run an enrollment story through the API; print how each
+    saga ended."""
     from sagaline.demo import run_demo
 
     _logging()
     settings = get_settings()
     base = url or f"http://{settings.api_host}:{settings.api_port}"
-    ok = asyncio.run(run_demo(settings, base, timeout))
+    key = key_file.read_text().strip() if key_file.exists() else None
+    ok = asyncio.run(run_demo(settings, base, timeout, key))
     if not ok:
-        raise click.ClickException("some sagas did not reach a final status in time")
+        raise click.ClickException(
+            "some sagas did not reach a final status in time, or the enrollment story "
+            "did not end as told"
+        )
 
 
 @main.command()
@@ -161,6 +187,76 @@ def rebuild(database_url: str | None, until_now: bool) -> None:
         run_bounded(settings, until_checkpoints=not until_now)
     except (AlreadyRunning, BrokerUnreachable, MissingJars, NotMigrated, TopicMissing) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@main.group()
+def keys() -> None:
+    """API keys in SAGALINE_API_KEYS_FILE: create, list, revoke (README, "API keys")."""
+
+
+@keys.command("create")
+@click.option(
+    "--scope",
+    "scopes",
+    required=True,
+    help="Comma-separated: commands (write routes), read (queries), admin (operations)",
+)
+@click.option("--label", default="", help="Free text to tell keys apart (who holds it, why)")
+def keys_create(scopes: str, label: str) -> None:
+    """Create a key, store its salted hash, print the key once (it is not kept anywhere)."""
+    from services.keys import KeyFileError, add_key, parse_scopes
+
+    path = get_settings().api_keys_file
+    try:
+        key, stored = add_key(path, parse_scopes(scopes), label)
+    except KeyFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"created key {stored.key_id} ({','.join(sorted(stored.scopes))}) in {path}", err=True
+    )
+    click.echo("the key follows; it is shown only now: give it to its client", err=True)
+    click.echo(key)
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """Every key's id, scopes, creation time and label (never the key or its hash)."""
+    from services.keys import KeyFileError, read_key_file
+
+    path = get_settings().api_keys_file
+    try:
+        stored = read_key_file(path)
+    except KeyFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for key in stored:
+        click.echo(f"{key.key_id}  {','.join(sorted(key.scopes)):22} {key.created}  {key.label}")
+    if not stored:
+        click.echo(f"no keys in {path}", err=True)
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Remove the key KEY_ID (or a unique prefix of it); a running API refuses it at once."""
+    from services.keys import KeyFileError, revoke_key
+
+    path = get_settings().api_keys_file
+    try:
+        removed = revoke_key(path, key_id)
+    except KeyFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"revoked key {removed.key_id} ({removed.label or 'no label'}) from {path}")
+
+
+@keys.command("local")
+@click.option("--key-file", type=click.Path(path_type=Path), default=LOCAL_KEY, show_default=True)
+def keys_local(key_file: Path) -> None:
+    """For `make run`: make sure KEY_FILE holds a key the API accepts (every scope), creating
+    one if not, and print it."""
+    from services.keys import ensure_local_key
+
+    settings = get_settings()
+    click.echo(ensure_local_key(key_file, settings.api_keys_file, settings.api_keys))
 
 
 if __name__ == "__main__":

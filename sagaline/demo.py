@@ -1,4 +1,5 @@
-"""A short scripted run that shows each saga outcome: confirmed, rejected, declined, cancelled."""
+"""A short scripted run that shows each saga outcome: confirmed, rejected, declined, cancelled;
+then an enrollment story (``sagaline.enrollment_demo``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 import httpx
 
 from runtime.settings import Settings
+from sagaline.enrollment_demo import run_enrollment_story
 from services.api.queries import MAX_WAIT_S
 
 
@@ -26,11 +28,15 @@ async def _wait_for_api(http: httpx.AsyncClient, timeout: float) -> None:
             await asyncio.sleep(0.5)
 
 
-async def run_demo(settings: Settings, base_url: str, timeout: float) -> bool:
-    """Place the scenarios, then read every outcome back through the query API.
+async def run_demo(
+    settings: Settings, base_url: str, timeout: float, key: str | None = None
+) -> bool:
+    """Place the scenarios, then read every outcome back through the query API, sending
+    ``key`` as the API key (``make run`` creates one: `sagaline keys local`).
 
     ``settings`` is kept for the CLI's call; everything here goes through HTTP.
     """
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
     run = uuid.uuid4().hex[:6]
     widget, gadget = f"widget-{run}", f"gadget-{run}"
     scenarios = {
@@ -39,12 +45,18 @@ async def run_demo(settings: Settings, base_url: str, timeout: float) -> bool:
         "1 widget, card declined": ([(widget, 1)], "decline"),
         "1 widget + 1 gadget": ([(widget, 1), (gadget, 1)], "card"),
     }
-    async with httpx.AsyncClient(base_url=base_url, timeout=MAX_WAIT_S + 10) as http:
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=MAX_WAIT_S + 10, headers=headers
+    ) as http:
         await _wait_for_api(http, timeout)
         for product, on_hand in ((widget, 5), (gadget, 1)):
-            (
-                await http.put(f"/products/{product}/stock", json={"on_hand": on_hand})
-            ).raise_for_status()
+            response = await http.put(f"/products/{product}/stock", json={"on_hand": on_hand})
+            if response.status_code in (401, 403):
+                raise click.ClickException(
+                    f"the API refused the demo: {response.json()['message']} "
+                    "(`sagaline keys local` writes a key for it to .local/api-key)"
+                )
+            response.raise_for_status()
         placed: dict[str, tuple[str, str]] = {}
         for label, (lines, method) in scenarios.items():
             body = {
@@ -70,7 +82,8 @@ async def run_demo(settings: Settings, base_url: str, timeout: float) -> bool:
                 f"stock    {product:32} -> on hand {stock.get('on_hand')}, "
                 f"reserved {stock.get('reserved')}, available {stock.get('available')}"
             )
-    return all(order is not None and order["final"] for order in outcomes)
+        told = await run_enrollment_story(http, run, timeout)
+    return told and all(order is not None and order["final"] for order in outcomes)
 
 
 async def _final_order(

@@ -7,10 +7,14 @@ from typing import Any
 
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT
+from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
+from sagas.definitions.enrollment_saga import EnrollmentSaga
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
+from sagas.participants.course import CourseSeats
 from sagas.participants.ledger import CapacityLedger
 from sagas.participants.payment import PaymentGateway, PaymentPolicy
+from sagas.participants.student import StudentCredits
 
 
 def build_processes(settings: Settings) -> list[Process[Any]]:
@@ -27,4 +31,19 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         max_amount=settings.payment_max_amount,
         silent_methods=settings.silent_methods,
     )
-    return [saga, inventory, PaymentGateway(name=PAYMENT, policy=policy)]
+    # A seat hold expires like a stock reservation; a step times out like an order's.
+    enrollment = EnrollmentSaga(
+        name=ENROLLMENT_SAGA,
+        courses=COURSE,
+        students=STUDENT,
+        step_timeout=timedelta(seconds=settings.step_timeout_s),
+        seat_ttl=timedelta(seconds=settings.reservation_ttl_s),
+    )
+    return [
+        saga,
+        inventory,
+        PaymentGateway(name=PAYMENT, policy=policy),
+        enrollment,
+        CourseSeats(name=COURSE),
+        StudentCredits(name=STUDENT),
+    ]

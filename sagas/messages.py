@@ -7,6 +7,8 @@ model so a record read from Kafka is validated against exactly one contract.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -18,14 +20,65 @@ SCHEMA_VERSION = 1
 MAX_KEY_LENGTH = 200
 """Longest envelope key: it becomes a table key and an ``entity_key`` column (200)."""
 
-__all__ = ["SCHEMA_VERSION", "ContractError", "Envelope", "Message"]
+__all__ = ["SCHEMA_VERSION", "ContractError", "Envelope", "Message", "Summary"]
+
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(:count)?\}")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The line a saga's timeline shows for a domain event, declared on its contract.
+
+    ``text`` names payload fields as ``{field}`` (the value as ``str()`` writes it) or
+    ``{field:count}`` (the number of items). When ``when`` names a field that is set (not
+    null, not false), ``then`` is used instead. The Spark rebuild renders the same
+    templates natively (``spark_projections/summary.py``), so a new contract needs no code
+    on either side.
+    """
+
+    text: str
+    when: str | None = None
+    then: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.when is None) != (self.then is None):
+            raise ValueError("a summary's `when` and `then` go together")
+
+    def parts(self, template: str) -> list[tuple[str, str | None, bool]]:
+        """``template`` as (literal text, field or None, counted) pieces, in order."""
+        pieces: list[tuple[str, str | None, bool]] = []
+        at = 0
+        for match in _PLACEHOLDER.finditer(template):
+            pieces.append((template[at : match.start()], match.group(1), bool(match.group(2))))
+            at = match.end()
+        pieces.append((template[at:], None, False))
+        return pieces
+
+    def fields(self) -> set[str]:
+        named = {f for t in (self.text, self.then or "") for _, f, _ in self.parts(t) if f}
+        return named | ({self.when} if self.when else set())
+
+    def render(self, message: Message) -> str:
+        chosen = self.text
+        if self.when is not None and getattr(message, self.when) not in (None, False):
+            chosen = self.then or self.text
+        out = []
+        for literal, name, counted in self.parts(chosen):
+            out.append(literal)
+            if name is not None:
+                value = getattr(message, name)
+                out.append(str(len(value)) if counted else str(value))
+        return "".join(out)
 
 
 class Message(BaseModel):
-    """A payload contract. Subclasses set ``TYPE`` (e.g. ``"ledger.Reserve"``)."""
+    """A payload contract. Subclasses set ``TYPE`` (e.g. ``"ledger.Reserve"``); a domain
+    event also sets ``SUMMARY``, its line in a saga's timeline (without one, the timeline
+    shows the type name)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     TYPE: ClassVar[str] = ""
+    SUMMARY: ClassVar[Summary | None] = None
     _registry: ClassVar[dict[str, type[Message]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -34,6 +87,13 @@ class Message(BaseModel):
             if cls.TYPE in Message._registry:
                 raise TypeError(f"message type {cls.TYPE!r} is declared twice")
             Message._registry[cls.TYPE] = cls
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # Called once pydantic has built the fields (``__init_subclass__`` is too early).
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.SUMMARY is not None and (unknown := cls.SUMMARY.fields() - set(cls.model_fields)):
+            raise TypeError(f"{cls.__name__}.SUMMARY names unknown fields {sorted(unknown)}")
 
     @classmethod
     def model_for(cls, type_name: str) -> type[Message]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
+from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
 from sagas.messages import Envelope
 
@@ -25,7 +27,7 @@ class CommandBus:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            **aiokafka_options(settings),
             enable_idempotence=True,
             acks="all",
             linger_ms=1,
@@ -33,7 +35,11 @@ class CommandBus:
         )
 
     async def start(self) -> None:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise await unreachable(self.settings, exc) from exc
 
     async def stop(self) -> None:
         await self._producer.stop()

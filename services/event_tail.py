@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer
 
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS, topic_partitions
+from sagas.catalog import SAGA_TYPES
 from sagas.contracts.orders import FINAL_STATUSES, OrderStatusChanged
 from sagas.messages import ContractError, Envelope
 
@@ -30,11 +32,15 @@ class EventTail:
     from_beginning: bool = False
     events: list[Envelope] = field(default_factory=list)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    """The first final status of every order, by order id."""
+    statuses: dict[str, Outcome] = field(default_factory=dict)
+    """The latest status of every saga of every declared type, by its entity key
+    (``enrollment:e-1``); a saga's status events share its partition, so they come in order."""
 
     async def start(self) -> None:
         topic = self.settings.topic(EVENTS)
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False
+            **aiokafka_options(self.settings), enable_auto_commit=False
         )
         await self._consumer.start()
         tps = await topic_partitions(self._consumer, topic)
@@ -65,6 +71,9 @@ class EventTail:
                     self._note_outcome(envelope, loop.time())
 
     def _note_outcome(self, envelope: Envelope, at: float) -> None:
+        if envelope.type in _STATUS_EVENTS:
+            payload = envelope.payload
+            self.statuses[envelope.key] = Outcome(payload["status"], payload.get("reason"), at)
         if envelope.type != OrderStatusChanged.TYPE or envelope.saga_id is None:
             return
         change = OrderStatusChanged.model_validate(envelope.payload)
@@ -80,5 +89,24 @@ class EventTail:
             await asyncio.sleep(0.05)
         return {i: self.outcomes[i] for i in wanted if i in self.outcomes}
 
+    async def wait_settled(self, saga_keys: Iterable[str], timeout: float) -> dict[str, Outcome]:
+        """The latest statuses of ``saga_keys`` once all are settled (as their saga types
+        declare), or whatever they are when ``timeout`` runs out."""
+        wanted = set(saga_keys)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline and not all(self.is_settled(k) for k in wanted):
+            await asyncio.sleep(0.05)
+        return {k: self.statuses[k] for k in wanted if k in self.statuses}
+
+    def is_settled(self, saga_key: str) -> bool:
+        outcome = self.statuses.get(saga_key)
+        saga = _BY_ENTITY_TYPE.get(saga_key.partition(":")[0])
+        return outcome is not None and saga is not None and saga.is_settled(outcome.status)
+
     def events_of(self, entity_key: str) -> list[Envelope]:
         return [e for e in self.events if e.key == entity_key]
+
+
+_STATUS_EVENTS = frozenset(t.statuses.event.TYPE for t in SAGA_TYPES)
+_BY_ENTITY_TYPE = {t.entity_type: t for t in SAGA_TYPES}

@@ -20,6 +20,8 @@ from sqlalchemy import Connection
 
 from readside.batch import Batch, apply_batch
 from readside.triage import Positioned, Rejected, triage
+from runtime.kafka_security import aiokafka_options
+from runtime.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,12 @@ def ranges(ends: Mapping[int, int], checkpoints: Mapping[int, int]) -> dict[int,
 
 
 async def fetch(
-    bootstrap: str, topic: str, wanted: Mapping[int, tuple[int, int]], timeout_s: float = 60.0
+    settings: Settings, topic: str, wanted: Mapping[int, tuple[int, int]], timeout_s: float = 60.0
 ) -> list[Record]:
     """The records in ``wanted`` (partition -> [start, end)), in offset order per partition."""
     if not wanted:
         return []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**aiokafka_options(settings), enable_auto_commit=False)
     await consumer.start()
     try:
         return await asyncio.wait_for(_read(consumer, topic, wanted), timeout_s)

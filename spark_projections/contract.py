@@ -4,9 +4,20 @@ Every registered payload type whose fields are all of a kind listed below gets a
 :class:`PayloadContract`: its fields in contract order (the order pydantic writes them), a
 Spark type per field and a check that accepts a value only where pydantic would accept it
 *and* would write it back unchanged. The checks are deliberately sound rather than complete:
-a value they cannot vouch for (a float, a nested model, an unknown constraint, a decimal
-written with an exponent...) makes the record take the exact Python path instead
+a value they cannot vouch for (a float, a dict, a union, an unknown constraint, a model with
+a validator, an alias or a configuration that changes values, a decimal written with an
+exponent...) makes the record take the exact Python path instead
 (:mod:`spark_projections.parse`), so adding a contract can slow the rebuild, never skew it.
+
+Kinds vouched for: ``bool``, ``int``, ``str``, ``Decimal`` and ``Literal`` of strings, with
+their ``Annotated``/``Field`` constraints (lengths, bounds, a pattern, digits); optional
+(``X | None``) ones; plain models of those (nested objects); and ``tuple[X, ...]`` of any
+of them (arrays of strings, of numbers, of models...), each item checked like a field.
+
+Payload fields are parsed into one struct for every type (:func:`payload_schema`); where
+two types give one field name different Spark types (``waitlist``: a flag on
+``enrollment.Requested``, a queue on every course fact) that name is parsed as its JSON text
+and each reader types it for its own type (:func:`read`).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import annotated_types as at
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -35,9 +47,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-import sagas.contracts  # noqa: F401  (registers every contract)
-from sagas.contracts import orders, payment
-from sagas.contracts.ledger import LedgerFact
+from sagas.catalog import READ_MODELS, SAGA_TYPES  # (importing it registers every contract)
 from sagas.messages import SCHEMA_VERSION, Envelope, Message
 
 Check = Callable[[Column], Column]
@@ -61,6 +71,12 @@ class FieldSpec:
     dtype: DataType
     optional: bool
     check: Check
+    token: str
+    """A regex matching exactly the JSON text pydantic writes for a (non-null) value that
+    needs no escape (see :func:`skeleton`)."""
+
+    def when_null(self) -> str:
+        return f"(?:{self.token}|null)" if self.optional else self.token
 
 
 @dataclass(frozen=True)
@@ -92,30 +108,25 @@ def known_types() -> frozenset[str]:
     return frozenset(Message.known_types())
 
 
-def types_of(base: type[Message]) -> frozenset[str]:
-    return frozenset(t for t, m in Message.known_types().items() if issubclass(m, base))
+def domain_events() -> tuple[type[Message], ...]:
+    """The facts Sagaline's processes publish on the event topic, as the declarations name
+    them: every registered type with a timeline summary, every type (or subtype) a read
+    model's declaration reads, and every saga's status event; sorted by type name."""
+    named: set[type[Message]] = set()
+    for model in READ_MODELS:
+        named |= model.event_types()
+    named |= {saga.statuses.event for saga in SAGA_TYPES}
+    found = {
+        m
+        for m in Message.known_types().values()
+        if m.SUMMARY is not None or any(issubclass(m, base) for base in named)
+    }
+    return tuple(sorted(found, key=lambda m: m.TYPE))
 
 
-def ledger_fact_types() -> frozenset[str]:
-    return types_of(LedgerFact)
-
-
-DOMAIN_EVENTS: tuple[type[Message], ...] = (
-    orders.OrderPlaced,
-    orders.OrderStatusChanged,
-    orders.CancelRefused,
-    *sorted(
-        (m for m in Message.known_types().values() if issubclass(m, LedgerFact)),
-        key=lambda m: m.TYPE,
-    ),
-    payment.Authorized,
-    payment.Declined,
-    payment.Captured,
-    payment.Voided,
-)
-"""The facts Sagaline's processes publish on the event topic: the types worth a native
-path. Any other type (a command, a tick) on that topic is valid for the projector too, and
-takes the exact route; a test keeps this list in step with the folds and summaries."""
+DOMAIN_EVENTS: tuple[type[Message], ...] = domain_events()
+"""The types worth a native path. Any other type (a command, a tick) on that topic is valid
+for the projector too, and takes the exact route."""
 
 
 @cache
@@ -124,39 +135,109 @@ def native_contracts() -> dict[str, PayloadContract]:
     found: dict[str, PayloadContract] = {}
     for model in DOMAIN_EVENTS:
         try:
-            found[model.TYPE] = PayloadContract(model.TYPE, _fields(model))
+            found[model.TYPE] = payload_contract(model)
         except Unsupported:
             continue
-    return _without_conflicts(found)
+    return found
+
+
+def payload_contract(model: type[Message]) -> PayloadContract:
+    """``model``'s fields as the native checks read them; raises :class:`Unsupported`."""
+    return PayloadContract(model.TYPE, _fields(model))
+
+
+@cache
+def raw_fields() -> frozenset[str]:
+    """Field names that native types give different Spark types: parsed as JSON text."""
+    by_name: dict[str, set[str]] = {}
+    for contract in native_contracts().values():
+        for spec in contract.fields:
+            by_name.setdefault(spec.name, set()).add(spec.dtype.json())
+    return frozenset(name for name, kinds in by_name.items() if len(kinds) > 1)
 
 
 def payload_schema() -> StructType:
-    """One struct holding the fields of every native type (same name -> same Spark type)."""
+    """One struct holding the fields of every native type: a field's Spark type, or its
+    JSON text (a string) where types disagree on it (:func:`raw_fields`)."""
     by_name: dict[str, DataType] = {}
     for contract in native_contracts().values():
         for spec in contract.fields:
-            by_name.setdefault(spec.name, spec.dtype)
+            raw = spec.name in raw_fields()
+            by_name.setdefault(spec.name, StringType() if raw else spec.dtype)
     return StructType([StructField(n, t) for n, t in sorted(by_name.items())])
 
 
-def _without_conflicts(found: dict[str, PayloadContract]) -> dict[str, PayloadContract]:
-    """Drop the types whose field shares a name but not a Spark type with an earlier one."""
-    seen: dict[str, DataType] = {}
-    kept: dict[str, PayloadContract] = {}
-    for name, contract in found.items():
-        if all(seen.get(f.name, f.dtype) == f.dtype for f in contract.fields):
-            kept[name] = contract
-            seen.update({f.name: f.dtype for f in contract.fields})
-    return kept
+def read(payload: Column, name: str, dtype: DataType) -> Column:
+    """Field ``name`` of a payload parsed with :func:`payload_schema`, as ``dtype`` (the
+    type the event's own contract gives it). A field parsed as JSON text is parsed again,
+    as ``dtype``; Spark hands a JSON string over as its value and any other token as its
+    compact JSON text, so a string field needs no second parse."""
+    value = payload[name]
+    if name not in raw_fields() or isinstance(dtype, StringType):
+        return value
+    wrapped = F.concat(F.lit('{"v":'), value, F.lit("}"))
+    return F.from_json(wrapped, StructType([StructField("v", dtype)]))["v"]
+
+
+def read_field(payload: Column, spec: FieldSpec) -> Column:
+    return read(payload, spec.name, spec.dtype)
+
+
+def field_type(type_names: list[str], name: str) -> DataType | None:
+    """The Spark type the native contracts of ``type_names`` give field ``name``: None when
+    one of them has no native contract, lacks the field or types it differently."""
+    natives = native_contracts()
+    found = set()
+    dtype: DataType | None = None
+    for type_name in type_names:
+        contract = natives.get(type_name)
+        spec = next((f for f in contract.fields if f.name == name), None) if contract else None
+        if spec is None:
+            return None
+        dtype = spec.dtype
+        found.add(dtype.json())
+    return dtype if len(found) == 1 else None
 
 
 def _fields(model: type[BaseModel]) -> tuple[FieldSpec, ...]:
+    _plain_model(model)
     specs = []
     for name, info in model.model_fields.items():
+        _plain_field(model, name, info)
         annotation, optional = _strip_optional(info.annotation)
-        dtype, check = _kind(annotation, list(info.metadata))
-        specs.append(FieldSpec(name, dtype, optional, check))
+        dtype, check, token = _kind(annotation, list(info.metadata))
+        specs.append(FieldSpec(name, dtype, optional, check, token))
     return tuple(specs)
+
+
+_PLAIN_CONFIG = frozenset({"frozen", "extra", "title"})
+"""Configuration keys that change neither what a model accepts nor what it writes (``extra``:
+a skeleton pins every key, so an extra one never takes the native route)."""
+
+
+def _plain_model(model: type[BaseModel]) -> None:
+    """A model whose validation and dump are its fields' and nothing else."""
+    decorators = model.__pydantic_decorators__
+    custom = [
+        decorators.validators,
+        decorators.field_validators,
+        decorators.root_validators,
+        decorators.field_serializers,
+        decorators.model_serializers,
+        decorators.model_validators,
+        decorators.computed_fields,
+    ]
+    if any(custom):
+        raise Unsupported(f"{model.__name__} has validators or serializers")
+    if unknown := set(model.model_config) - _PLAIN_CONFIG:
+        raise Unsupported(f"{model.__name__} configures {sorted(unknown)}")
+
+
+def _plain_field(model: type[BaseModel], name: str, info: FieldInfo) -> None:
+    """A field read and written under its own name, as its type says."""
+    renamed = (info.alias, info.validation_alias, info.serialization_alias, info.discriminator)
+    if any(x is not None for x in renamed) or info.exclude:
+        raise Unsupported(f"{model.__name__}.{name}: an alias, a discriminator or an exclusion")
 
 
 def _strip_optional(annotation: Any) -> tuple[Any, bool]:
@@ -168,38 +249,71 @@ def _strip_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _kind(annotation: Any, metadata: list[Any]) -> tuple[DataType, Check]:
+def _kind(annotation: Any, metadata: list[Any]) -> tuple[DataType, Check, str]:
+    """The Spark type, the check and the JSON token of a (non-null) value of this kind."""
+    annotation, metadata = _unwrap(annotation, metadata)
     if annotation is bool:
-        return BooleanType(), _no_constraints(metadata)
+        return BooleanType(), _no_constraints(metadata), "(?:true|false)"
     if annotation is int:
-        return LongType(), _numeric(metadata, lambda c: c)
+        return LongType(), _numeric(metadata, lambda c: c), JSON_INT
     if annotation is str:
-        return StringType(), _string(metadata)
+        return StringType(), _string(metadata), JSON_STRING
     if annotation is Decimal:
-        return StringType(), _decimal(metadata)
+        return StringType(), _decimal(metadata), JSON_STRING
     if get_origin(annotation) is Literal:
         values = get_args(annotation)
         if not all(isinstance(v, str) for v in values):
             raise Unsupported(f"literal {annotation}")
-        return StringType(), _all(_no_constraints(metadata), lambda c: c.isin(*values))
+        return StringType(), _all(_no_constraints(metadata), lambda c: c.isin(*values)), JSON_STRING
     if get_origin(annotation) is tuple:
-        return _array_of_models(annotation, metadata)
+        return _array(annotation, metadata)
+    if _is_model(annotation):
+        _no_constraints(metadata)
+        return _object_kind(annotation)
     raise Unsupported(f"type {annotation}")
 
 
-def _array_of_models(annotation: Any, metadata: list[Any]) -> tuple[DataType, Check]:
-    args = get_args(annotation)
-    if len(args) != 2 or args[1] is not Ellipsis or not _is_model(args[0]):
-        raise Unsupported(f"tuple {annotation}")
-    element_fields = _fields(args[0])
-    element = StructType([StructField(f.name, f.dtype) for f in element_fields])
+def _unwrap(annotation: Any, metadata: list[Any]) -> tuple[Any, list[Any]]:
+    """``Annotated[X, Field(...), ...]`` as ``X`` and its constraints (pydantic unwraps a
+    field's own annotation; an item's or an optional one's is still wrapped)."""
+    while get_origin(annotation) is typing.Annotated:
+        annotation, *extra = get_args(annotation)
+        for m in extra:
+            if isinstance(m, FieldInfo):
+                if m.alias or m.validation_alias or m.serialization_alias or m.discriminator:
+                    raise Unsupported(f"field options {m!r}")
+                metadata = [*metadata, *m.metadata]
+            else:
+                metadata = [*metadata, m]
+    return annotation, metadata
 
-    def each(item: Column) -> Column:
-        checks = [value_ok(item[f.name], f) for f in element_fields]
+
+def _array(annotation: Any, metadata: list[Any]) -> tuple[DataType, Check, str]:
+    """``tuple[X, ...]``: a JSON array, each item a valid X (or null, for ``X | None``)."""
+    args = get_args(annotation)
+    if len(args) != 2 or args[1] is not Ellipsis:
+        raise Unsupported(f"tuple {annotation}")
+    item_type, item_optional = _strip_optional(args[0])
+    dtype, check, token = _kind(item_type, [])
+    item = FieldSpec("item", dtype, item_optional, check, token)
+    sized = _sizes(metadata, F.size)
+    every: Check = lambda c: sized(c) & F.forall(c, lambda x: value_ok(x, item))  # noqa: E731
+    one = item.when_null()
+    # Possessive: a roster of 1000 items overflows the stack of Java's backtracking loop;
+    # an item ends where the next one starts, so nothing is ever given back anyway.
+    return ArrayType(dtype), every, f"\\[(?:{one}(?:,{one})*+)?\\]"
+
+
+def _object_kind(model: type[BaseModel]) -> tuple[DataType, Check, str]:
+    """A (nested) model: a JSON object with exactly its fields, in order."""
+    fields = _fields(model)
+    dtype = StructType([StructField(f.name, f.dtype) for f in fields])
+
+    def check(c: Column) -> Column:
+        checks = [value_ok(c[f.name], f) for f in fields]
         return all_true(checks) if checks else F.lit(True)
 
-    sized = _sizes(metadata, F.size)
-    return ArrayType(element), lambda c: sized(c) & F.forall(c, lambda x: x.isNotNull() & each(x))
+    return dtype, check, _object(fields)
 
 
 def _is_model(value: Any) -> bool:
@@ -359,7 +473,7 @@ def skeleton(type_name: str) -> str:
     payload = native_contracts()[type_name]
     members = [_envelope_member(name, type_name) for name in ENVELOPE_FIELDS[:-1]]
     body = "".join(members).removeprefix(",")
-    payload_object = _object([(f.name, f) for f in payload.fields])
+    payload_object = _object(payload.fields)
     # \z, not $: Java's $ also matches before a final line break.
     return "^\\{" + body + ',"payload":' + payload_object + "\\}\\z"
 
@@ -385,25 +499,6 @@ def _envelope_member(name: str, type_name: str) -> str:
     return member
 
 
-def _object(fields: list[tuple[str, FieldSpec]]) -> str:
-    members = ",".join(f'"{name}":{_value(spec.dtype, spec.optional)}' for name, spec in fields)
+def _object(fields: tuple[FieldSpec, ...]) -> str:
+    members = ",".join(f'"{spec.name}":{spec.when_null()}' for spec in fields)
     return "\\{" + members + "\\}"
-
-
-def _value(dtype: DataType, optional: bool) -> str:
-    if isinstance(dtype, StringType):
-        value = JSON_STRING
-    elif isinstance(dtype, LongType):
-        value = JSON_INT
-    elif isinstance(dtype, BooleanType):
-        value = "(?:true|false)"
-    elif isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StructType):
-        specs = [
-            (f.name, FieldSpec(f.name, f.dataType, False, lambda c: F.lit(True)))
-            for f in dtype.elementType.fields
-        ]
-        item = _object(specs)
-        value = f"\\[(?:{item}(?:,{item})*)?\\]"
-    else:
-        raise Unsupported(f"no skeleton for {dtype}")
-    return f"(?:{value}|null)" if optional else value

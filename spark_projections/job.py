@@ -81,7 +81,7 @@ def run(
     running (tests share one); otherwise the job starts its own and stops it."""
     logging.getLogger("py4j").setLevel(logging.WARNING)
     progress = Progress(emit=emit or _print, interval_s=settings.rebuild_progress_s)
-    engine = swap.swap_engine(settings.database_url)
+    engine = swap.swap_engine(settings.database_url_with_password())
     try:
         _check_schema(engine)
         with guard.exclusive(engine):
@@ -142,7 +142,7 @@ def _rebuild(
         events_read=progress.events_read or 0,
         started_at=built.started_at,
     )
-    handover = swap.swap(engine, given, _fetcher(settings.kafka_bootstrap, offsets.topic))
+    handover = swap.swap(engine, given, _fetcher(settings, offsets.topic))
     staging.drop(engine, swap.STAGED)
     events_read = progress.events_read or 0
     return Summary(offsets, events_read, built.verdicts, built.rows, handover, progress.elapsed())
@@ -173,7 +173,7 @@ def _build(
 def _stage_records(spark: SparkSession, settings: Settings, offsets: Offsets, scratch: Path) -> int:
     """Read the topic once and gate it (first pass), to local Parquet; the number read."""
     min_partitions = settings.spark_kafka_min_partitions or None
-    records = read_records(spark, settings.kafka_bootstrap, offsets, min_partitions)
+    records = read_records(spark, settings, offsets, min_partitions)
     records.transform(pipeline.first_pass).write.mode("overwrite").parquet(str(scratch / "first"))
     return int(spark.read.parquet(str(scratch / "first")).count())
 
@@ -195,7 +195,7 @@ def _fill_staging(
     """Write every staged table. On PostgreSQL a few at once: each write also spends time
     planning and in JDBC round trips, which another write's tasks can use. SQLite has one
     write lock, so one at a time there."""
-    jdbc = staging.Jdbc.of(settings.database_url, settings.rebuild_jdbc_batch_size)
+    jdbc = staging.Jdbc.of(settings.database_url_with_password(), settings.rebuild_jdbc_batch_size)
     staging.recreate(engine, swap.STAGED)
 
     def fill(table: Table) -> None:
@@ -225,7 +225,7 @@ async def _offsets(settings: Settings, engine: Engine, until_checkpoints: bool) 
     if until_checkpoints:
         with engine.connect() as conn:
             until = store.load_checkpoints(conn, topic)
-    return await fix_offsets(settings.kafka_bootstrap, topic, until)
+    return await fix_offsets(settings, topic, until)
 
 
 def _session(settings: Settings) -> SparkSession:
@@ -258,9 +258,9 @@ def _pause(settings: Settings, progress: Progress) -> None:
         time.sleep(settings.rebuild_pause_before_swap_s)
 
 
-def _fetcher(bootstrap: str, topic: str) -> swap.Fetch:
+def _fetcher(settings: Settings, topic: str) -> swap.Fetch:
     def fetch(wanted: Mapping[int, tuple[int, int]]) -> Sequence[catchup.Record]:
-        return asyncio.run(catchup.fetch(bootstrap, topic, wanted))
+        return asyncio.run(catchup.fetch(settings, topic, wanted))
 
     return fetch
 

@@ -1,17 +1,12 @@
-"""One transform per read model: gated events -> the rows the online projector holds.
+"""The read-side kernel's own tables, natively: gated events -> the rows the online
+projector holds in ``saga_timeline`` (one row per applied event of a known type that names
+a saga, :func:`sagas.projections.rows.timeline_entry`), ``entity_positions``,
+``pending_events`` and ``command_receipts``, and the projector's counters.
 
-Each re-expresses a fold of :mod:`sagas.projections` over an entity's applied events in
-sequence order, as aggregates (the unit tests compare each with the Python fold):
-
-- ``apply_order``: the last ``OrderPlaced`` starts the row; the last status change, if it
-  comes after it, sets status, reason and ``updated_at``; ``last_sequence`` is the last
-  known event (necessarily at or after that ``OrderPlaced``).
-- ``apply_stock``: the last ledger fact carries the totals.
-- ``timeline_entry``: one row per applied event that names a saga.
-
-As in :func:`sagas.projections.entity.fold_entity`, an event of an unknown type takes its
-sequence (positions) but touches no row and no timeline. Output columns are named and typed
-like the SQL tables (:mod:`readside.schema`).
+The declared read models' rows come from their declarations
+(:func:`spark_projections.twins.rows`). As in :func:`sagas.projections.entity.fold_entity`,
+an event of an unknown type takes its sequence (positions) but touches no row and no
+timeline. Output columns are named and typed like the SQL tables (:mod:`readside.schema`).
 """
 
 from __future__ import annotations
@@ -22,57 +17,9 @@ from datetime import datetime
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
 from sagas.ids import COMMAND_ID_PREFIX
-from sagas.projections.rows import ORDER, PRODUCT
-from spark_projections import contract, gate, limits, parse
+from spark_projections import gate, parse
 from spark_projections.summary import summary
-
-
-def orders(gated: DataFrame) -> DataFrame:
-    events = _known_applied(gated, ORDER)
-    is_placed = F.col("type") == OrderPlaced.TYPE
-    is_change = F.col("type") == OrderStatusChanged.TYPE
-    placed = F.struct("p", "occurred_at")
-    change = F.struct("sequence", F.col("p.status"), F.col("p.reason"), "occurred_at")
-    rows = events.groupBy("entity_key").agg(
-        F.max(F.when(is_placed, F.col("sequence"))).alias("placed_at"),
-        F.max_by(F.when(is_placed, placed), F.when(is_placed, F.col("sequence"))).alias("o"),
-        F.max_by(F.when(is_change, change), F.when(is_change, F.col("sequence"))).alias("c"),
-        F.max("sequence").alias("last_sequence"),
-    )
-    # An OrderPlaced starts the row afresh: only a status change after the last one counts.
-    after = rows.withColumn("c", F.when(F.col("c.sequence") > F.col("placed_at"), F.col("c")))
-    return after.where(F.col("placed_at").isNotNull()).select(
-        limits.entity_id(F.col("entity_key")).alias("order_id"),
-        F.col("o.p.customer_id").alias("customer_id"),
-        F.coalesce("c.status", F.lit("PENDING")).alias("status"),
-        F.col("c.reason").alias("reason"),
-        F.to_json("o.p.lines").alias("lines"),
-        F.col("o.p.total").cast("decimal(14,2)").alias("total"),
-        F.col("o.p.payment_method").alias("payment_method"),
-        F.col("o.occurred_at").alias("created_at"),
-        F.coalesce("c.occurred_at", "o.occurred_at").alias("updated_at"),
-        F.col("last_sequence").cast("int"),
-    )
-
-
-def product_stock(gated: DataFrame) -> DataFrame:
-    facts = _known_applied(gated, PRODUCT).where(
-        F.col("type").isin(*sorted(contract.ledger_fact_types()))
-    )
-    last = facts.groupBy("entity_key").agg(
-        F.max_by(F.struct("p", "occurred_at", "sequence"), F.col("sequence")).alias("f")
-    )
-    on_hand, reserved = F.col("f.p.on_hand").cast("int"), F.col("f.p.reserved").cast("int")
-    return last.select(
-        limits.entity_id(F.col("entity_key")).alias("product_id"),
-        on_hand.alias("on_hand"),
-        reserved.alias("reserved"),
-        (on_hand - reserved).alias("available"),
-        F.col("f.occurred_at").alias("updated_at"),
-        F.col("f.sequence").cast("int").alias("last_sequence"),
-    )
 
 
 def saga_timeline(gated: DataFrame) -> DataFrame:
@@ -142,9 +89,3 @@ def counters(tally_rows: Mapping[tuple[str, bool], int], rejected: int) -> dict[
         "dead_lettered": rejected,
     }
     return {name: n for name, n in totals.items() if n}
-
-
-def _known_applied(gated: DataFrame, entity_type: str) -> DataFrame:
-    # The projector picks the fold by the key's prefix (batch._entity), so do we.
-    kind = F.substring_index(F.col("entity_key"), ":", 1)
-    return gate.applied(gated).where(F.col("known") & (kind == F.lit(entity_type)))

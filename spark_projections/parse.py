@@ -231,7 +231,7 @@ def _payload_valid() -> Column:
     p = F.col("p")
     cases = None
     for name, spec in contract.native_contracts().items():
-        checks = [contract.value_ok(p[f.name], f) for f in spec.fields]
+        checks = [contract.value_ok(contract.read_field(p, f), f) for f in spec.fields]
         fits = contract.all_true(checks) if checks else F.lit(True)
         cases = (F if cases is None else cases).when(F.col("e_type") == name, fits)
     assert cases is not None
@@ -273,7 +273,7 @@ def _compact_text() -> Column:
     payload = _by_type(
         lambda spec: (
             F.to_json(
-                F.struct(*[F.col("p")[f.name].alias(f.name) for f in spec.fields]),
+                F.struct(*[contract.read_field(F.col("p"), f).alias(f.name) for f in spec.fields]),
                 {"ignoreNullFields": "false"},
             )
             if spec.fields
@@ -302,7 +302,7 @@ def _triage(
     """The projector's verdict on one record (runs in a Python worker): the reason it is
     rejected, or the envelope as the projector stores it and in normalized form, and why
     the projector dead-letters it all the same (an unknown type)."""
-    import sagas.contracts  # noqa: F401  (registers every contract in the worker)
+    import sagas.catalog  # noqa: F401  (registers every contract in the worker)
     from readside.triage import Rejected, triage, unknown_type_reason
 
     # Spark hands binary over as bytearray; the projector sees bytes (its reasons print them).

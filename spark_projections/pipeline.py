@@ -14,7 +14,8 @@ from pyspark.sql import functions as F
 from sqlalchemy import Table
 
 from readside import schema
-from spark_projections import analytics, gate, models, parse, tables
+from sagas.catalog import READ_MODELS
+from spark_projections import analytics, gate, models, parse, tables, twins
 
 
 def first_pass(records: DataFrame) -> DataFrame:
@@ -54,12 +55,12 @@ def staged(records: DataFrame) -> Staged:
 
 
 def frames(stage: Staged, receipts_since: datetime) -> dict[Table, DataFrame]:
-    """Every staged table and the transform that fills it."""
+    """Every staged table and the transform that fills it: one per declared read model
+    (:data:`sagas.catalog.READ_MODELS`), then the kernel's and the rebuild's own."""
     gated = stage.gated
     saga_rows = analytics.sagas(gated).cache()  # one row per saga, read twice
     return {
-        schema.orders: models.orders(gated),
-        schema.product_stock: models.product_stock(gated),
+        **{schema.table_of(m): twins.rows(gated, m) for m in READ_MODELS},
         schema.saga_timeline: models.saga_timeline(gated),
         schema.entity_positions: models.entity_positions(gated),
         schema.pending_events: models.pending_events(gated),

@@ -14,6 +14,8 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from pyspark.sql import DataFrame, SparkSession
 
+from runtime.kafka_security import aiokafka_options, spark_kafka_options, unreachable
+from runtime.settings import Settings
 from runtime.topics import topic_partitions
 
 
@@ -46,15 +48,17 @@ class BrokerUnreachable(RuntimeError):
     """The rebuild could not ask the broker for the topic's offsets."""
 
 
-async def fix_offsets(bootstrap: str, topic: str, until: dict[int, int] | None = None) -> Offsets:
+async def fix_offsets(
+    settings: Settings, topic: str, until: dict[int, int] | None = None
+) -> Offsets:
     """Earliest and end offsets of every partition; ``until`` caps the ends (for example at
     the projector's checkpoints)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**aiokafka_options(settings), enable_auto_commit=False)
     try:
         await consumer.start()
     except KafkaError as exc:
         await consumer.stop()
-        raise BrokerUnreachable(f"cannot reach the Kafka broker at {bootstrap}: {exc}") from exc
+        raise BrokerUnreachable(str(await unreachable(settings, exc))) from exc
     try:
         tps = await topic_partitions(consumer, topic)
         if not tps:
@@ -71,14 +75,14 @@ async def fix_offsets(bootstrap: str, topic: str, until: dict[int, int] | None =
 
 
 def read_records(
-    spark: SparkSession, bootstrap: str, offsets: Offsets, min_partitions: int | None = None
+    spark: SparkSession, settings: Settings, offsets: Offsets, min_partitions: int | None = None
 ) -> DataFrame:
     """Records in ``offsets`` with Spark's own Kafka source: topic, partition, offset,
     timestamp, key and value (bytes)."""
     topic = offsets.topic
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**spark_kafka_options(settings))
         .option("assign", json.dumps({topic: sorted(offsets.end)}))
         .option("startingOffsets", json.dumps({topic: _by_name(offsets.start)}))
         .option("endingOffsets", json.dumps({topic: _by_name(offsets.end)}))

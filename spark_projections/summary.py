@@ -1,69 +1,115 @@
 """The timeline's ``summary`` column, natively: :func:`sagas.projections.rows.summarize`
-as one CASE expression over the parsed payload.
+as one CASE expression over the parsed payload, generated from the contracts' declared
+summaries (:class:`sagas.messages.Summary`).
 
-Each entry names the contract class and formats its line from the same fields, in the same
-way (decimals print as written, which is ``str(Decimal)`` for a validated payload); any
-type without an entry prints its type name, like ``summarize``'s fallback. The unit tests
-run both on a golden event of every registered type and every branch, so a new case in
-``summarize`` fails them until it is added here.
+Each registered type with a ``SUMMARY`` renders its template: the literal parts as
+written, ``{field}`` as ``str()`` writes the value (decimals print as written, which is
+``str(Decimal)`` for a validated payload; booleans as ``True``/``False``; a null as
+``None``), ``{field:count}`` as the number of items; ``then`` instead of ``text`` where the
+``when`` field is set (not null, and not false or zero, as Python's truth test reads the
+payload). A type without a summary prints its type name, like ``summarize``'s fallback. The
+field types come from the native contracts (:mod:`spark_projections.contract`); a type
+with a summary but no native contract cannot be rendered here and fails at once. The unit
+tests run both on a golden event of every registered type and every branch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from decimal import Decimal
+from typing import get_args
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, DataType, LongType, StringType
 
-from sagas.contracts import ledger, orders, payment
-from sagas.messages import Message
-
-Format = Callable[[Column], Column]
-"""Payload struct -> the summary line."""
+from sagas.messages import Message, Summary
+from spark_projections import contract
 
 
-def _s(*parts: str | Column) -> Column:
-    return F.concat(*[F.lit(p) if isinstance(p, str) else p.cast("string") for p in parts])
-
-
-def _placed(p: Column) -> Column:
-    lines = F.size(p["lines"])
-    return _s("order placed by ", p["customer_id"], ": ", lines, " line(s), total ", p["total"])
-
-
-def _status(p: Column) -> Column:
-    return F.when(p["reason"].isNull(), _s("status ", p["status"])).otherwise(
-        _s("status ", p["status"], ": ", p["reason"])
-    )
-
-
-def _voided(p: Column) -> Column:
-    verb = F.when(p["refunded"], F.lit("refunded")).otherwise(F.lit("voided"))
-    return _s("payment of ", p["amount"], " ", verb)
-
-
-FORMATS: dict[type[Message], Format] = {
-    orders.OrderPlaced: _placed,
-    orders.OrderStatusChanged: _status,
-    orders.CancelRefused: lambda p: _s("cancel refused: ", p["reason"]),
-    ledger.Reserved: lambda p: _s("reserved ", p["quantity"], " until ", p["expires_at"]),
-    ledger.ReservationRejected: lambda p: _s("reservation rejected: ", p["reason"]),
-    ledger.Confirmed: lambda p: _s("sold ", p["quantity"]),
-    ledger.ConfirmRefused: lambda p: _s("confirm refused: ", p["reason"]),
-    ledger.Released: lambda p: _s("released ", p["quantity"], " (", p["reason"], ")"),
-    payment.Authorized: lambda p: _s("payment of ", p["amount"], " authorized (", p["method"], ")"),
-    payment.Declined: lambda p: _s("payment declined: ", p["reason"]),
-    payment.Captured: lambda p: _s("payment of ", p["amount"], " captured"),
-    payment.Voided: _voided,
-}
+class NoNativeSummary(ValueError):
+    """A contract's summary names a field Spark does not parse."""
 
 
 def summary(type_column: Column, payload: Column) -> Column:
     """The summary of an event of a known type (``type_column`` names it)."""
+    natives = contract.native_contracts()
     cases = None
-    for model, fmt in FORMATS.items():
-        line = fmt(payload)
-        cases = (F if cases is None else cases).when(type_column == model.TYPE, line)
-    assert cases is not None
+    for type_name, model in sorted(Message.known_types().items()):
+        if model.SUMMARY is None:
+            continue  # the type name, below
+        if type_name not in natives:
+            raise NoNativeSummary(
+                f"{type_name} has a SUMMARY but no native contract (a field "
+                "spark_projections.contract cannot vouch for)"
+            )
+        line = render(model, payload)
+        cases = (F if cases is None else cases).when(type_column == type_name, line)
+    if cases is None:
+        return type_column
     result: Column = cases.otherwise(type_column)
     return result
+
+
+def render(model: type[Message], payload: Column) -> Column:
+    """``model.SUMMARY`` over ``payload``, a struct holding ``model``'s fields as
+    :func:`spark_projections.contract.payload_contract` types them."""
+    declared = model.SUMMARY
+    if declared is None:
+        raise NoNativeSummary(f"{model.__name__} declares no SUMMARY")
+    try:
+        types = {f.name: f.dtype for f in contract.payload_contract(model).fields}
+    except contract.Unsupported as exc:
+        raise NoNativeSummary(f"{model.__name__}: {exc}") from None
+    text = _template(declared, declared.text, payload, types)
+    if declared.when is None or declared.then is None:
+        return text
+    then = _template(declared, declared.then, payload, types)
+    when = contract.read(payload, declared.when, types[declared.when])
+    return F.when(_is_set(when, model, declared.when), then).otherwise(text)
+
+
+def _template(
+    declared: Summary, template: str, payload: Column, types: dict[str, DataType]
+) -> Column:
+    parts: list[Column] = []
+    for literal, name, counted in declared.parts(template):
+        if literal:
+            parts.append(F.lit(literal))
+        if name is not None:
+            dtype = types[name]
+            value = contract.read(payload, name, dtype)
+            parts.append(_count(value, dtype) if counted else _str(value, dtype))
+    return F.concat(*parts) if parts else F.lit("")
+
+
+def _count(value: Column, dtype: DataType) -> Column:
+    """``str(len(value))``."""
+    if isinstance(dtype, ArrayType):
+        return F.size(value).cast("string")
+    if isinstance(dtype, StringType):
+        return F.length(value).cast("string")
+    raise NoNativeSummary(f"cannot count a {dtype.simpleString()} natively")
+
+
+def _str(value: Column, dtype: DataType) -> Column:
+    """``str(value)`` as Python writes the validated field."""
+    if isinstance(dtype, BooleanType):
+        text = F.when(value, F.lit("True")).otherwise(F.lit("False"))
+    elif isinstance(dtype, StringType | LongType):
+        text = value.cast("string")  # a decimal is its canonical text (the native check)
+    else:
+        raise NoNativeSummary(f"cannot print a {dtype.simpleString()} as Python does")
+    return F.when(value.isNull(), F.lit("None")).otherwise(text)
+
+
+def _is_set(value: Column, model: type[Message], name: str) -> Column:
+    """Python's ``value not in (None, False)``, which also takes 0 and 0.00 as false."""
+    annotation = model.model_fields[name].annotation
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    kind = args[0] if len(args) == 1 else None
+    if kind is bool:
+        return F.coalesce(value, F.lit(False))
+    if kind is int or kind is Decimal:
+        # A double is zero exactly where the (at most 30 characters long) decimal is.
+        return F.coalesce(value.cast("double") != 0, F.lit(False))
+    return value.isNotNull()

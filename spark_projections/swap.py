@@ -45,8 +45,7 @@ STAGED = (*REPLACED, *MERGED)
 LOCK_ORDER = (
     schema.entity_positions,
     schema.pending_events,
-    schema.orders,
-    schema.product_stock,
+    *schema.MODEL_TABLES.values(),  # in sagas.catalog.READ_MODELS order
     schema.saga_timeline,
     schema.command_receipts,
     schema.projection_checkpoints,
@@ -54,7 +53,9 @@ LOCK_ORDER = (
     *tables.REBUILD_TABLES,
     tables.rebuild_runs,
 )
-"""Same order as a projector batch's statements: two lockers in one order never deadlock."""
+"""Same order as a projector batch's statements (:func:`readside.batch.apply_batch`: the
+positions and held events, the declared models' rows, the timeline, receipts, checkpoints,
+counters): two lockers in one order never deadlock."""
 ATTEMPTS = 5
 
 

@@ -12,6 +12,7 @@
 #   status     exit 0 if the broker is running, 3 if not
 #   reset      stop + delete the broker's data and logs (jars are kept)
 #   bootstrap  print the bootstrap servers string (127.0.0.1:PORT)
+#   sasl-bootstrap  print the SASL listener's bootstrap string (exit 3 if it has none)
 #   topics ... run org.apache.kafka.tools.TopicCommand against the broker,
 #              e.g. `kafka.sh topics --list`
 #   run CLASS ...  run any main class from the Kafka jars (console producer, ...)
@@ -19,6 +20,15 @@
 # Environment:
 #   SAGALINE_KAFKA_PORT             client listener port   (default 9092)
 #   SAGALINE_KAFKA_CONTROLLER_PORT  KRaft controller port  (default 9093)
+#   SAGALINE_KAFKA_SASL_PORT        port of a second client listener that requires
+#                                   SASL/SCRAM (SASL_PLAINTEXT, SCRAM-SHA-256 and -512):
+#                                   default 9094 for the main broker (client port 9092),
+#                                   none for a broker on other ports unless set; `off`:
+#                                   no SASL listener
+#   SAGALINE_KAFKA_SCRAM_USER       the SCRAM user created on every start when the SASL
+#   SAGALINE_KAFKA_SCRAM_PASSWORD   listener is on (default sagaline / sagaline-local;
+#                                   a local secret, not one for a real cluster; no
+#                                   commas, brackets or quotes in it)
 #   SAGALINE_KAFKA_HOME             where this broker keeps its config, data, logs
 #                                   and pid (default .local/kafka); a second broker
 #                                   (fault tests) gets its own home and ports and
@@ -41,6 +51,19 @@ KAFKA_PORT="${SAGALINE_KAFKA_PORT:-9092}"
 CONTROLLER_PORT="${SAGALINE_KAFKA_CONTROLLER_PORT:-9093}"
 HOST="127.0.0.1"
 BOOTSTRAP="${HOST}:${KAFKA_PORT}"
+# The SASL/SCRAM listener: on by default for the main broker only, so the private brokers
+# of the fault harness and the shutdown tests (other ports) claim no extra port.
+if [[ -n "${SAGALINE_KAFKA_SASL_PORT:-}" ]]; then
+  SASL_PORT="${SAGALINE_KAFKA_SASL_PORT}"
+elif [[ "$KAFKA_PORT" == "9092" ]]; then
+  SASL_PORT=9094
+else
+  SASL_PORT=off
+fi
+[[ "$SASL_PORT" == "off" || "$SASL_PORT" =~ ^[0-9]+$ ]] \
+  || { echo "SAGALINE_KAFKA_SASL_PORT must be a port number or 'off'" >&2; exit 2; }
+SCRAM_USER="${SAGALINE_KAFKA_SCRAM_USER:-sagaline}"
+SCRAM_PASSWORD="${SAGALINE_KAFKA_SCRAM_PASSWORD:-sagaline-local}"
 START_TIMEOUT_S=90
 STOP_TIMEOUT_S=45
 
@@ -94,6 +117,61 @@ log4j.appender.stderr.Target=System.err
 EOF
 }
 
+# Listener lines of server.properties: PLAINTEXT (clients and the broker itself), the
+# controller, and the SASL/SCRAM listener when it is on.
+listener_config() {
+  if [[ "$SASL_PORT" == "off" ]]; then
+    cat <<EOF
+listeners=PLAINTEXT://${HOST}:${KAFKA_PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}
+advertised.listeners=PLAINTEXT://${HOST}:${KAFKA_PORT}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+EOF
+    return
+  fi
+  cat <<EOF
+listeners=PLAINTEXT://${HOST}:${KAFKA_PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT},SASL://${HOST}:${SASL_PORT}
+advertised.listeners=PLAINTEXT://${HOST}:${KAFKA_PORT},SASL://${HOST}:${SASL_PORT}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT
+
+# --- The SASL listener: clients must log in with SCRAM (kafka.sh creates the user) -------
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl.sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+}
+
+# The SCRAM user of the SASL listener (both mechanisms), set over the PLAINTEXT listener:
+# an alter, so running it on every start is harmless and resets a changed password. One
+# mechanism per call: a KRaft broker refuses two credentials of one user in one request
+# ("A user credential cannot be altered twice in the same request").
+create_scram_user() {
+  [[ "$SASL_PORT" != "off" ]] || return 0
+  local mechanism
+  for mechanism in SCRAM-SHA-256 SCRAM-SHA-512; do
+    run_class kafka.admin.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter \
+      --add-config "${mechanism}=[password=${SCRAM_PASSWORD}]" \
+      --entity-type users --entity-name "$SCRAM_USER" >/dev/null \
+      || die "could not create the SCRAM user ${SCRAM_USER} (${mechanism})"
+  done
+  log "SASL/SCRAM listener on ${HOST}:${SASL_PORT} (SASL_PLAINTEXT, SCRAM-SHA-256/512), user ${SCRAM_USER}"
+}
+
+# A broker already running may have been started before the SASL listener existed (or
+# with other ports): say so, rather than let a client fail to connect later.
+check_running_listeners() {
+  [[ "$SASL_PORT" != "off" ]] || return 0
+  if ! grep -q "^listeners=.*SASL://${HOST}:${SASL_PORT}" "$CONF" 2>/dev/null \
+      || ! is_port_open "$HOST" "$SASL_PORT"; then
+    log "WARNING: this broker runs without the SASL listener on ${HOST}:${SASL_PORT};" \
+        "restart it to add it ($0 stop && $0 start)"
+    return 0
+  fi
+  create_scram_user
+}
+
 write_config() {
   mkdir -p "$DATA" "$LOGS"
   # Rewritten on every start so a change of ports via env is picked up.
@@ -108,10 +186,7 @@ controller.quorum.voters=1@${HOST}:${CONTROLLER_PORT}
 controller.listener.names=CONTROLLER
 
 # --- Listeners: loopback only --------------------------------------------
-listeners=PLAINTEXT://${HOST}:${KAFKA_PORT},CONTROLLER://${HOST}:${CONTROLLER_PORT}
-advertised.listeners=PLAINTEXT://${HOST}:${KAFKA_PORT}
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+$(listener_config)
 
 # --- Storage: topic data and the KRaft metadata log ----------------------
 log.dirs=${DATA}
@@ -251,16 +326,18 @@ cmd_start() {
     log "already running (pid $pid) on ${BOOTSTRAP}"
     write_log4j_tools
     wait_until_ready "$pid"
+    check_running_listeners
     return 0
   fi
   require_cmd java "Install a JDK >= 11 (Debian: apt-get install -y openjdk-17-jdk-headless)."
   is_fetched || cmd_fetch
 
   # Fail fast with a clear message instead of a bind error buried in the log.
-  local p
-  for p in "$KAFKA_PORT" "$CONTROLLER_PORT"; do
+  local p ports=("$KAFKA_PORT" "$CONTROLLER_PORT")
+  [[ "$SASL_PORT" == "off" ]] || ports+=("$SASL_PORT")
+  for p in "${ports[@]}"; do
     if is_port_open "$HOST" "$p"; then
-      die "port ${HOST}:${p} is already in use by another process (set SAGALINE_KAFKA_PORT / SAGALINE_KAFKA_CONTROLLER_PORT)"
+      die "port ${HOST}:${p} is already in use by another process (set SAGALINE_KAFKA_PORT / SAGALINE_KAFKA_CONTROLLER_PORT / SAGALINE_KAFKA_SASL_PORT)"
     fi
   done
 
@@ -284,6 +361,7 @@ cmd_start() {
   echo "$pid" >"$PIDFILE"
 
   wait_until_ready "$pid"
+  create_scram_user
   log "ready on ${BOOTSTRAP} (pid $pid, $((SECONDS - t0)) s)"
 }
 
@@ -340,6 +418,7 @@ main() {
     status)    cmd_status ;;
     reset)     take_lock kafka; cmd_reset ;;
     bootstrap) echo "$BOOTSTRAP" ;;
+    sasl-bootstrap) [[ "$SASL_PORT" != "off" ]] || exit 3; echo "${HOST}:${SASL_PORT}" ;;
     topics)    is_fetched || { take_lock kafka; is_fetched || cmd_fetch; exec 9>&-; }
                run_class org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" "$@" ;;
     run)       [[ $# -ge 1 ]] || die "usage: $0 run MAIN_CLASS [ARGS...]"

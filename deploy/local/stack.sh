@@ -9,8 +9,10 @@
 #   reset   down + delete both services' data (jars and packages are kept)
 #
 # Same environment variables as kafka.sh and postgres.sh
-# (SAGALINE_KAFKA_PORT, SAGALINE_KAFKA_CONTROLLER_PORT, SAGALINE_PG_PORT,
-# SAGALINE_PG_FAST).
+# (SAGALINE_KAFKA_PORT, SAGALINE_KAFKA_CONTROLLER_PORT, SAGALINE_KAFKA_SASL_PORT,
+# SAGALINE_KAFKA_SCRAM_USER, SAGALINE_KAFKA_SCRAM_PASSWORD, SAGALINE_PG_PORT,
+# SAGALINE_PG_FAST). The broker has a SASL/SCRAM listener (127.0.0.1:9094 by default):
+# the test suite runs a worker, the API and the rebuild through it.
 set -euo pipefail
 
 SAGALINE_SCRIPT="stack"
@@ -29,6 +31,7 @@ cmd_up() {
   "$KAFKA" start
   log "stack up in $((SECONDS - t0)) s"
   log "  Kafka bootstrap: $("$KAFKA" bootstrap)"
+  log "  Kafka SASL/SCRAM: $("$KAFKA" sasl-bootstrap || echo off)"
   log "  Database URL:    $("$POSTGRES" url)"
 }
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from sagas.messages import Message
+from sagas.messages import Message, Summary
 
 MAX_UNITS = 2**31 - 1
 """Counts fit a 32-bit SQL INTEGER column of the read models; a command beyond it is refused
@@ -69,6 +69,7 @@ class CapacitySetRefused(LedgerFact):
 
 class Reserved(LedgerFact):
     TYPE = "ledger.Reserved"
+    SUMMARY = Summary("reserved {quantity} until {expires_at}")
     reservation_id: str
     quantity: int
     expires_at: str
@@ -76,6 +77,7 @@ class Reserved(LedgerFact):
 
 class ReservationRejected(LedgerFact):
     TYPE = "ledger.ReservationRejected"
+    SUMMARY = Summary("reservation rejected: {reason}")
     reservation_id: str
     quantity: int
     reason: str
@@ -83,12 +85,14 @@ class ReservationRejected(LedgerFact):
 
 class Confirmed(LedgerFact):
     TYPE = "ledger.Confirmed"
+    SUMMARY = Summary("sold {quantity}")
     reservation_id: str
     quantity: int
 
 
 class ConfirmRefused(LedgerFact):
     TYPE = "ledger.ConfirmRefused"
+    SUMMARY = Summary("confirm refused: {reason}")
     reservation_id: str
     reason: str
 
@@ -97,6 +101,7 @@ class Released(LedgerFact):
     """Units returned: a hold cancelled or expired, or a confirmed sale compensated."""
 
     TYPE = "ledger.Released"
+    SUMMARY = Summary("released {quantity} ({reason})")
     reservation_id: str
     quantity: int
     reason: Literal["cancelled", "expired", "refunded"]

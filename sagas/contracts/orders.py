@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sagas.messages import Message
+from sagas.messages import Message, Summary
 
 OrderStatus = Literal[
     "PENDING", "AUTHORIZING", "CONFIRMING", "CAPTURING", "CONFIRMED", "REJECTED", "CANCELLED"
@@ -53,6 +53,7 @@ class CancelOrder(Message):
 
 class OrderPlaced(Message):
     TYPE = "order.Placed"
+    SUMMARY = Summary("order placed by {customer_id}: {lines:count} line(s), total {total}")
     customer_id: str
     lines: tuple[OrderLine, ...]
     payment_method: str
@@ -63,11 +64,13 @@ class OrderStatusChanged(Message):
     """The order moved to ``status``; ``reason`` says why when it failed."""
 
     TYPE = "order.StatusChanged"
+    SUMMARY = Summary("status {status}", when="reason", then="status {status}: {reason}")
     status: OrderStatus
     reason: str | None = None
 
 
 class CancelRefused(Message):
     TYPE = "order.CancelRefused"
+    SUMMARY = Summary("cancel refused: {reason}")
     status: OrderStatus
     reason: str

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from sagas.messages import Message
+from sagas.messages import Message, Summary
 
 
 class Authorize(Message):
@@ -25,12 +25,14 @@ class Void(Message):
 
 class Authorized(Message):
     TYPE = "payment.Authorized"
+    SUMMARY = Summary("payment of {amount} authorized ({method})")
     amount: Decimal
     method: str
 
 
 class Declined(Message):
     TYPE = "payment.Declined"
+    SUMMARY = Summary("payment declined: {reason}")
     amount: Decimal
     method: str
     reason: str
@@ -38,6 +40,7 @@ class Declined(Message):
 
 class Captured(Message):
     TYPE = "payment.Captured"
+    SUMMARY = Summary("payment of {amount} captured")
     amount: Decimal
 
 
@@ -48,5 +51,8 @@ class CaptureRefused(Message):
 
 class Voided(Message):
     TYPE = "payment.Voided"
+    SUMMARY = Summary(
+        "payment of {amount} voided", when="refunded", then="payment of {amount} refunded"
+    )
     amount: Decimal
     refunded: bool

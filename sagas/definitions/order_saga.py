@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from typing import Literal
+from typing import ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,7 @@ from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc
 from sagas.machinery.process import Command, Context, Decision, Fact
+from sagas.machinery.statuses import SagaStatuses
 from sagas.messages import Message
 
 LineStatus = Literal["pending", "held", "confirmed", "rejected", "released"]
@@ -69,6 +70,11 @@ def product_of(order_id: str, reservation: str) -> str:
 
 @dataclass(frozen=True)
 class OrderSaga:
+    STATUSES: ClassVar[SagaStatuses] = SagaStatuses(
+        event=oc.OrderStatusChanged,
+        statuses=get_args(oc.OrderStatus),
+        final=oc.FINAL_STATUSES,
+    )
     name: str = "order-saga"
     entity_type: str = "order"
     inventory: str = "inventory"

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sagas.projections.rows import OrderRow, TimelineRow
+from sagas.projections.orders import OrderRow
+from sagas.projections.rows import TimelineRow
 
 DEFAULT_HISTORY_LIMIT = 30
 

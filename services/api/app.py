@@ -16,7 +16,8 @@ import sagas.contracts  # noqa: F401  (registers every contract)
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from runtime.settings import Settings
-from services.api import orders, products, queries
+from services import logsafe
+from services.api import auth, enrollments, orders, products, queries
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.errors import documented, install_error_handlers
 from services.api.freshness import ReadWatch, database_probe
@@ -39,6 +40,7 @@ def create_api(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            auth.announce(settings, app.state.access)
             if bus is None:
                 app.state.bus = CommandBus(settings)
                 await app.state.bus.start()
@@ -46,6 +48,7 @@ def create_api(
             await _open_read_side(app, settings, engine, stack)
             yield
 
+    logsafe.install()
     app = FastAPI(
         title="Sagaline",
         summary="Long business transactions over Kafka as sagas, with read models.",
@@ -55,13 +58,24 @@ def create_api(
     app.router.route_class = StrictJsonRoute
     app.state.settings = settings
     app.state.bus = bus
+    app.state.access = auth.access_for(settings)
     install_error_handlers(app)
     # Outermost but for Starlette's 500 handler: refuses a long body before anything reads it.
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     # Every route can answer these; the routes document the rest (services.api.errors).
     every_route = documented(413, 422)
-    for router in (orders.router, products.router, *queries.ROUTERS):
-        app.include_router(router, responses=every_route)
+    keyed = documented(401, 403) if settings.api_auth else {}
+    limited = documented(429) if settings.api_auth or settings.api_rate_per_s > 0 else {}
+    for router in (orders.router, products.router, *enrollments.COMMAND_ROUTERS):
+        app.include_router(
+            router,
+            responses=every_route | keyed | limited,
+            dependencies=auth.dependencies(settings, "commands"),
+        )
+    for router in (*queries.ROUTERS, *enrollments.QUERY_ROUTERS):
+        app.include_router(
+            router, responses=every_route | keyed, dependencies=auth.dependencies(settings, "read")
+        )
 
     @app.get("/healthz", tags=["health"], response_model=Health, responses=documented(413))
     async def healthz() -> Health:
@@ -98,7 +112,7 @@ async def _open_read_side(
 ) -> None:
     """The read-model engine, the one poller that wakes waiting GETs, the lag reader."""
     if engine is None:
-        engine = create_read_engine(settings.database_url)
+        engine = create_read_engine(settings.database_url_with_password())
         stack.callback(engine.dispose)
     if not await asyncio.to_thread(is_migrated, engine):
         log.error("the read-model schema is missing: run `sagaline db upgrade`")
@@ -106,5 +120,5 @@ async def _open_read_side(
     app.state.watch = ReadWatch(database_probe(engine), settings.read_poll_ms / 1000)
     await app.state.watch.start()
     stack.push_async_callback(app.state.watch.stop)
-    app.state.end_offsets = EndOffsets(settings.kafka_bootstrap)
+    app.state.end_offsets = EndOffsets(settings)
     stack.push_async_callback(app.state.end_offsets.close)

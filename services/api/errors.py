@@ -172,10 +172,13 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 _MEANING = {
     400: "The body is not valid JSON (syntax, UTF-8, nesting deeper than 32, NaN or Infinity)",
+    401: "No API key, or one this API does not know (unknown, revoked, mistyped)",
+    403: "The API key lacks the scope this route needs",
     404: "Unknown id, or no route matches (an id with a '/' in it)",
     413: "The body is longer than SAGALINE_API_MAX_BODY_BYTES",
     415: "The body is not sent as Content-Type: application/json",
     422: "A parameter or field is missing or wrong; `detail` names each",
+    429: "The key sent more commands than SAGALINE_API_RATE_PER_S allows; see Retry-After",
     503: "The message broker or the read-model database is unavailable; retry later",
     504: "The projector has not applied your write in time",
 }
@@ -185,5 +188,28 @@ def documented(*statuses: int, **meanings: str) -> dict[int | str, dict[str, Any
     """OpenAPI ``responses`` for these error statuses, all with the :class:`ErrorBody` model;
     ``meanings`` (``s404="..."``) replace a status's default description."""
     return {
-        s: {"model": ErrorBody, "description": meanings.get(f"s{s}", _MEANING[s])} for s in statuses
+        s: {
+            "model": ErrorBody,
+            "description": meanings.get(f"s{s}", _MEANING[s]),
+            **({"headers": _HEADERS[s]} if s in _HEADERS else {}),
+        }
+        for s in statuses
     }
+
+
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {
+        "WWW-Authenticate": {
+            "description": 'How to authenticate: `Bearer realm="sagaline"`',
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+    429: {
+        "Retry-After": {
+            "description": "Seconds until this key may send a command again",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+}

@@ -7,8 +7,13 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
-from sagas.contracts.orders import FINAL_STATUSES, OrderLine
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from sagas.catalog import saga_type
+from sagas.contracts.orders import OrderLine
+from sagas.projections.orders import ORDERS, OrderRow
+from sagas.projections.rows import TimelineRow
+from sagas.projections.stock import StockRow
+
+_ORDER_SAGA = saga_type(ORDERS.entity_type)
 
 
 class OrderPublic(BaseModel):
@@ -29,7 +34,7 @@ class OrderPublic(BaseModel):
         return cls(
             **row.model_dump(exclude={"lines"}),
             lines=list(row.lines),
-            final=row.status in FINAL_STATUSES,
+            final=_ORDER_SAGA.is_final(row.status),
         )
 
 
@@ -65,7 +70,11 @@ class TimelineStep(BaseModel):
 
 class TimelinePublic(BaseModel):
     saga_id: str
-    status: str | None = Field(description="The order's status, when the saga is an order's")
+    saga_type: str | None = Field(
+        description="The saga's type (the entity type of its own stream: order...), "
+        "None while its own first event is not projected"
+    )
+    status: str | None = Field(description="The saga's current status, as its type declares")
     reason: str | None
     final: bool
     steps: list[TimelineStep] = Field(description="Every step, oldest first")

@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request
+from pydantic import BaseModel
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from readside import queries
 from runtime.topics import EVENTS
+from sagas.catalog import SAGA_TYPES, saga_type
+from sagas.projections.declare import SagaType
+from sagas.projections.orders import ORDERS
 from sagas.projections.rows import TimelineRow
+from sagas.projections.stock import PRODUCT_STOCK
 from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
 from services.api.errors import documented
@@ -80,7 +85,7 @@ class ReadAfter:
     """The read-your-writes check of one GET: the caller's token, if any, and its budget.
 
     ``deadline`` ends the caller's ``wait`` budget (event-loop time), which a route may
-    spend on waiting for more (a final status); ``wait_given`` says the caller set one.
+    spend on waiting for more (a settled status); ``wait_given`` says the caller set one.
     """
 
     deadline: float
@@ -106,7 +111,7 @@ class ReadAfter:
             return
         # The watch only learns at its next poll: with ``wait=0`` (or a receipt that came
         # at the deadline) ask the database once before answering 504.
-        if await _read(self.engine, _applied, self.token):
+        if await read_query(self.engine, _applied, self.token):
             return
         lag = await _lag(self.engine, self.events_topic, self.end_offsets)
         raise HTTPException(
@@ -145,7 +150,8 @@ async def read_after(
             ge=0,
             le=MAX_WAIT_S,
             description=f"Seconds to wait (for the token: default {DEFAULT_WAIT_S:g}; "
-            "GET /orders/{id} also waits this long for a final status)",
+            "GET /orders/{id} and GET /enrollments/{id} also wait this long for a settled "
+            "status: an order's final one, an enrollment's not PENDING or TRANSFERRING)",
         ),
     ] = None,
 ) -> ReadAfter:
@@ -179,7 +185,7 @@ async def _lag(engine: Engine, topic: str, end_offsets: EndOffsets) -> str:
 ReadAfterDep = Annotated[ReadAfter, Depends(read_after)]
 
 
-async def _read(engine: Engine, query: Callable[..., T], *args: Any) -> T:
+async def read_query(engine: Engine, query: Callable[..., T], *args: Any) -> T:
     """Run a blocking query in a thread; a database problem is a 503, not a crash."""
 
     def run() -> T:
@@ -200,13 +206,15 @@ def _unavailable(exc: SQLAlchemyError) -> HTTPException:
     )
 
 
-def _missing(what: str) -> HTTPException:
+def not_found(what: str) -> HTTPException:
     return HTTPException(
         404,
         f"{what} not found: the id is unknown, or its first event is not projected yet "
         "(pass the consistency_token of your command to wait for it)",
     )
 
+
+ORDER_SAGA = saga_type(ORDERS.entity_type)
 
 DB_DOWN = "The read-model database is unavailable"
 ERRORS = documented(404, 503, 504, s503=DB_DOWN)
@@ -229,11 +237,11 @@ async def get_order(
 ) -> OrderPublic:
     """An order as projected; with ``?wait=`` it first waits for a final status."""
     await after.applied()
-    if after.wait_given:
-        await watch.final(order_id, after.remaining())
-    row = await _read(engine, queries.get_order, order_id)
+    if after.wait_given:  # an order's settled statuses are its final ones
+        await watch.settled(ORDER_SAGA.key(order_id), after.remaining())
+    row = await read_query(engine, queries.get_row, ORDERS, order_id)
     if row is None:
-        raise _missing(f"order {order_id!r}")
+        raise not_found(f"order {order_id!r}")
     return OrderPublic.of(row)
 
 
@@ -246,9 +254,12 @@ async def customer_orders(
 ) -> CustomerOrders:
     """A customer's most recent orders, newest first."""
     await after.applied()
-    rows = await _read(engine, queries.customer_orders, customer_id, limit)
+    # Newest first, as sagas.projections.listing.customer_history (tests compare the two).
+    rows = await read_query(
+        engine, queries.rows_where, ORDERS, "customer_id", customer_id, "created_at", limit
+    )
     if not rows:
-        raise _missing(f"orders of customer {customer_id!r}")
+        raise not_found(f"orders of customer {customer_id!r}")
     return CustomerOrders(customer_id=customer_id, orders=[OrderPublic.of(r) for r in rows])
 
 
@@ -256,9 +267,9 @@ async def customer_orders(
 async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> StockPublic:
     """A product's stock: on hand, reserved, available."""
     await after.applied()
-    row = await _read(engine, queries.get_stock, product_id)
+    row = await read_query(engine, queries.get_row, PRODUCT_STOCK, product_id)
     if row is None:
-        raise _missing(f"stock of product {product_id!r}")
+        raise not_found(f"stock of product {product_id!r}")
     return StockPublic.of(row)
 
 
@@ -266,23 +277,30 @@ async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> S
 async def get_timeline(saga_id: Id, engine: EngineDep, after: ReadAfterDep) -> TimelinePublic:
     """Every step of a saga, oldest first, and how it ended: why a saga ended as it did."""
     await after.applied()
-    steps, order = await _read(engine, _timeline_and_order, saga_id)
+    steps, saga, row = await read_query(engine, _timeline_and_status, saga_id)
     if not steps:
-        raise _missing(f"saga {saga_id!r}")
+        raise not_found(f"saga {saga_id!r}")
+    status = None if row is None or saga is None else getattr(row, saga.status_column)
     return TimelinePublic(
         saga_id=saga_id,
-        status=None if order is None else order.status,
-        reason=None if order is None else order.reason,
-        final=order is not None and order.final,
+        saga_type=None if saga is None else saga.entity_type,
+        status=status,
+        reason=None if row is None or saga is None else getattr(row, saga.reason_column),
+        final=saga is not None and row is not None and saga.is_final(status),
         steps=[TimelineStep.of(s) for s in steps],
     )
 
 
-def _timeline_and_order(
+def _timeline_and_status(
     conn: Connection, saga_id: str
-) -> tuple[list[TimelineRow], OrderPublic | None]:
-    order = queries.get_order(conn, saga_id)
-    return queries.saga_timeline(conn, saga_id), None if order is None else OrderPublic.of(order)
+) -> tuple[list[TimelineRow], SagaType | None, BaseModel | None]:
+    """The saga's steps, its type (told by its own stream among the steps: the entity whose
+    id is the saga id, of a declared saga type) and its row in that type's read model."""
+    steps = queries.saga_timeline(conn, saga_id)
+    own = {s.entity_key for s in steps}
+    saga = next((t for t in SAGA_TYPES if t.key(saga_id) in own), None)
+    row = None if saga is None else queries.get_row(conn, saga.model, saga_id)
+    return steps, saga, row
 
 
 @projections.get(

@@ -8,6 +8,8 @@ import logging
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from runtime.kafka_security import aiokafka_options
+from runtime.settings import Settings
 from runtime.topics import topic_partitions
 
 log = logging.getLogger(__name__)
@@ -17,8 +19,8 @@ class EndOffsets:
     """A group-less consumer that only asks for end offsets; started on first use, so the
     API starts even while the broker is away."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
@@ -42,7 +44,7 @@ class EndOffsets:
         async with self._lock:
             if self._consumer is None:
                 consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self._bootstrap,
+                    **aiokafka_options(self._settings),
                     enable_auto_commit=False,
                     request_timeout_ms=5_000,
                 )

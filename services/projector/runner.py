@@ -33,6 +33,7 @@ from readside.batch import Applied, Batch, apply_batch
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
+from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
@@ -69,16 +70,21 @@ class Projector:
         if not await asyncio.to_thread(is_migrated, self.engine):
             raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
+            **aiokafka_options(self.settings),
             group_id=f"{self.settings.app_id}-projector",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True, acks="all"
+            **aiokafka_options(self.settings), enable_idempotence=True, acks="all"
         )
-        await self._consumer.start()
-        await self._producer.start()
+        try:
+            await self._consumer.start()
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            await self._consumer.stop()
+            raise ProjectorError(str(await unreachable(self.settings, exc))) from exc
         try:
             await self._assign()
             while not stop.is_set():
@@ -298,7 +304,7 @@ async def serve(settings: Settings) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    engine = create_read_engine(settings.database_url)
+    engine = create_read_engine(settings.database_url_with_password())
     try:
         await Projector(settings, engine).run(stop)
     except BaseException as exc:

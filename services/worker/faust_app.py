@@ -21,6 +21,7 @@ from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from runtime.kafka_security import aiokafka_options, faust_credentials
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, table_name
 from sagas.contracts.system import Tick
@@ -132,6 +133,7 @@ def create_app(
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=faust_credentials(settings),
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(settings.data_dir),
         topic_partitions=settings.partitions,
@@ -176,7 +178,7 @@ def _register(
     async def seek(topic_name: str, partition: int, offset: int) -> None:
         await app.consumer.seek(TP(topic_name, partition), offset)
 
-    probe = OffsetProbe(settings.kafka_bootstrap)
+    probe = OffsetProbe(settings)
     app.on_before_shutdown.connect(probe.close_on_signal)
 
     runner = ProcessRunner(
@@ -218,14 +220,14 @@ class OffsetProbe:
     whether the offsets it misses exist (retention and transaction markers leave holes).
     A consumer of its own, outside the group, started on first use (gaps are rare)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._consumer: AIOKafkaConsumer | None = None
 
     async def first_at_or_after(self, topic: str, partition: int, offset: int) -> int | None:
         if self._consumer is None:
             self._consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
+                **aiokafka_options(self._settings),
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 request_timeout_ms=10_000,

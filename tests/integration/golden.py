@@ -23,7 +23,9 @@ from sagas.contracts import payment as pc
 from sagas.ids import derive_id, external_command_id
 from sagas.messages import Envelope, Message
 from sagas.projections.entity import fold_entity
-from sagas.projections.rows import OrderRow, StockRow, TimelineRow
+from sagas.projections.orders import OrderRow
+from sagas.projections.rows import TimelineRow
+from sagas.projections.stock import StockRow
 
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -12,19 +13,25 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
+from faults import checks
+from faults.history import History
 from faults.topics import Raw, read_topic
+from readside.engine import create_read_engine
 from runtime.settings import Settings
-from runtime.topics import create_topics
+from runtime.topics import EVENTS, create_topics
 from sagas.contracts.orders import FINAL_STATUSES
 from services.api.app import create_api
 from services.bus import CommandBus
 from services.event_tail import EventTail
+from services.keys import ensure_local_key
+from services.projector.runner import Projector
 
 BOOTSTRAP = os.environ.get("SAGALINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -45,7 +52,8 @@ def free_port() -> int:
 
 
 def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
-    """Settings with a fresh topic prefix and app id: tests never see each other's records."""
+    """Settings with a fresh topic prefix and app id: tests never see each other's records.
+    The API asks for keys, as in production: :func:`auth_headers` holds one."""
     run = uuid.uuid4().hex[:8]
     values: dict[str, Any] = {
         "kafka_bootstrap": BOOTSTRAP,
@@ -58,9 +66,24 @@ def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
         "step_timeout_s": 20.0,
         "reservation_ttl_s": 120.0,
         "log_level": "INFO",
+        "api_keys_file": tmp / "api-keys",
     }
     values.update(overrides)
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.api_auth:
+        api_key(settings)  # before any API starts: it starts with a key, as in production
+    return settings
+
+
+def api_key(settings: Settings) -> str:
+    """A key with every scope for the API of ``settings`` (made once, kept beside its key
+    file, as `make run` does)."""
+    keys_file = settings.api_keys_file
+    return ensure_local_key(keys_file.with_name(keys_file.name + ".key"), keys_file)
+
+
+def auth_headers(settings: Settings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key(settings)}"}
 
 
 def _die_with_parent() -> None:
@@ -74,6 +97,11 @@ def _die_with_parent() -> None:
 def settings_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     for name, value in settings.model_dump().items():
+        if value is None:
+            env.pop(f"SAGALINE_{name.upper()}", None)
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         env[f"SAGALINE_{name.upper()}"] = str(value)
     return env
 
@@ -169,6 +197,30 @@ class Stack:
         order_id: str = response.json()["order_id"]
         return order_id
 
+    async def place_steadily(
+        self,
+        products: list[str],
+        count: int,
+        lines: dict[str, list[str]],
+        *,
+        seed: int,
+        pause_s: float,
+        decline_every: int = 0,
+    ) -> list[str]:
+        """``count`` orders of one unit of one or two random ``products`` each, one every
+        ``pause_s``; every ``decline_every``-th is paid by a declined method. ``lines``
+        receives each order's products (what :meth:`assert_settled` checks)."""
+        rnd = random.Random(seed)
+        orders = []
+        for i in range(count):
+            picked = rnd.sample(products, rnd.choice([1, 2]))
+            method = "decline" if decline_every and i % decline_every == 0 else "card"
+            order = await self.place([(p, 1) for p in picked], method=method, customer=f"s{i}")
+            lines[order] = picked
+            orders.append(order)
+            await asyncio.sleep(pause_s)
+        return orders
+
     def stock(self, product: str) -> dict[str, Any] | None:
         """The totals carried by the product's latest ledger event."""
         facts = [e for e in self.tail.events_of(f"product:{product}")]
@@ -201,6 +253,100 @@ class Stack:
             assert (fact["on_hand"], fact["reserved"]) == (expected, 0), product
         return sold
 
+    # --- enrollment (the read routes answer only in a stack with ``projected=True``) ------
+
+    async def set_course(self, course: str, capacity: int, credits: int = 3) -> str:
+        """Create or change a course; its consistency token."""
+        body = {"title": f"Course {course}", "capacity": capacity, "credits": credits}
+        return await self._accepted("PUT", f"/courses/{course}", body)
+
+    async def set_student(self, student: str, max_credits: int = 30) -> str:
+        body = {"name": f"Student {student}", "max_credits": max_credits}
+        return await self._accepted("PUT", f"/students/{student}", body)
+
+    async def enroll(
+        self, student: str, course: str, waitlist: bool = True, key: str | None = None
+    ) -> tuple[str, str]:
+        """(enrollment id, consistency token)."""
+        headers = {} if key is None else {"Idempotency-Key": key}
+        body = {"student_id": student, "course_id": course, "waitlist": waitlist}
+        response = await self.http.post("/enrollments", json=body, headers=headers)
+        assert response.status_code == 202, response.text
+        assert response.json()["status"] == "PENDING"
+        return response.json()["enrollment_id"], response.json()["consistency_token"]
+
+    async def drop(self, enrollment: str) -> str:
+        return await self._accepted("DELETE", f"/enrollments/{enrollment}")
+
+    async def transfer(self, enrollment: str, course: str) -> str:
+        body = {"course_id": course}
+        return await self._accepted("POST", f"/enrollments/{enrollment}/transfer", body)
+
+    async def enrollment(
+        self, enrollment: str, token: str | None = None, wait: float = 30
+    ) -> dict[str, Any]:
+        """GET /enrollments/{id} after ``token``'s command, once settled (up to ``wait`` s)."""
+        params: dict[str, Any] = {"wait": wait}
+        if token is not None:
+            params["consistency_token"] = token
+        response = await self.http.get(f"/enrollments/{enrollment}", params=params)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        assert body["settled"], body
+        return body
+
+    async def read(self, path: str, token: str | None = None) -> dict[str, Any]:
+        params = {} if token is None else {"consistency_token": token, "wait": 30}
+        response = await self.http.get(path, params=params)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def eventually(self, path: str, until: Any, timeout: float = 30) -> dict[str, Any]:
+        """GET ``path`` until its body satisfies ``until`` (effects the projector applies
+        from other entities' partitions); the last body, for the caller's assertion."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            response = await self.http.get(path)
+            body: dict[str, Any] = response.json()
+            if response.status_code == 200 and until(body):
+                return body
+            if asyncio.get_running_loop().time() > deadline:
+                return body
+            await asyncio.sleep(0.1)
+
+    async def _accepted(self, method: str, path: str, body: Any = None) -> str:
+        response = await self.http.request(method, path, json=body)
+        assert response.status_code == 202, response.text
+        token: str = response.json()["consistency_token"]
+        return token
+
+    async def assert_enrollments_settled(
+        self, enrollment_ids: list[str], timeout: float = 120
+    ) -> dict[str, str]:
+        """Every enrollment ends settled, and at rest the fault harness's invariants hold on
+        the event topic: per course confirmed + held <= capacity at every fact and nothing
+        held, credits within max_credits, each ENROLLED enrollment holds exactly one
+        confirmed seat (its course's) and any other none. Returns the final statuses."""
+        keys = [f"enrollment:{i}" for i in enrollment_ids]
+        seen = await self.tail.wait_settled(keys, timeout)
+        unsettled = {k: seen[k].status if k in seen else None for k in keys}
+        unsettled = {k: s for k, s in unsettled.items() if not self.tail.is_settled(k)}
+        assert not unsettled, f"{len(unsettled)} enrollments never settled: {unsettled}"
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:  # a drop's release or a promotion may follow the saga's status
+            history = History.of(await read_all(self.settings, EVENTS), skip=set())
+            violations = [
+                *checks.course_seats(history),
+                *checks.enrollment_seats(history),
+                *checks.student_credits(history),
+            ]
+            if not violations or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert not violations, "\n".join(f"{v.kind} {v.subject}: {v.detail}" for v in violations)
+        return {k.split(":", 1)[1]: seen[k].status for k in keys}
+
     async def wait_stock(self, product: str, predicate: Any, timeout: float = 30) -> dict[str, Any]:
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
@@ -212,7 +358,12 @@ class Stack:
 
 
 @asynccontextmanager
-async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stack]:
+async def running_stack(
+    settings: Settings, log_dir: Path, *, projected: bool = False
+) -> AsyncIterator[Stack]:
+    """Topics, a worker process, the API in this process and an event tail. ``projected``:
+    also a projector in this process into ``settings.database_url`` (a migrated database)
+    and the API's own lifespan, so its GET routes answer."""
     if not broker_reachable():
         raise RuntimeError(
             f"no Kafka broker at {BOOTSTRAP}: start one with `deploy/local/kafka.sh start` "
@@ -227,10 +378,25 @@ async def running_stack(settings: Settings, log_dir: Path) -> AsyncIterator[Stac
     await tail.start()
     api = create_api(settings, bus)
     transport = httpx.ASGITransport(app=api)
+    stop = asyncio.Event()
+    engine = create_read_engine(settings.database_url) if projected else None
+    projector = asyncio.create_task(Projector(settings, engine).run(stop)) if engine else None
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        async with AsyncExitStack() as stack:
+            if projected:
+                await stack.enter_async_context(api.router.lifespan_context(api))
+            http = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    transport=transport, base_url="http://api", headers=auth_headers(settings)
+                )
+            )
             yield Stack(settings, worker, http, tail)
     finally:
+        stop.set()
+        if projector is not None:
+            await projector
+        if engine is not None:
+            engine.dispose()
         await tail.stop()
         await bus.stop()
         await asyncio.to_thread(worker.stop)
@@ -244,7 +410,9 @@ async def read_all(settings: Settings, channel: str, timeout: float = 5.0) -> li
 async def produce_raw(settings: Settings, channel: str, key: bytes, value: bytes) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    from runtime.kafka_security import aiokafka_options
+
+    producer = AIOKafkaProducer(**aiokafka_options(settings))
     await producer.start()
     try:
         await producer.send_and_wait(settings.topic(channel), value, key=key)

@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from readside import codec, schema, store
 from readside.engine import create_read_engine
 from readside.migrate import upgrade
+from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import EVENTS
 from sagas.messages import Envelope
@@ -100,9 +101,7 @@ async def produce(
 ) -> dict[int, int]:
     """Write envelopes (or raw key/value pairs) to the event topic in this order; returns
     the end offset per partition afterwards."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all"
-    )
+    producer = AIOKafkaProducer(**aiokafka_options(settings), enable_idempotence=True, acks="all")
     await producer.start()
     topic = settings.topic(EVENTS)
     ends: dict[int, int] = {}

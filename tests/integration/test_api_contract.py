@@ -9,6 +9,10 @@ data accepted.
 
 Then the hostile bodies by hand, over a real socket: too long by Content-Length and by a
 chunked stream, invalid UTF-8, deep nesting, NaN, a Decimal in a 422.
+
+Every request carries an API key with every scope (as a client would); schemathesis's
+``ignored_auth`` check also sends each operation without it and with a wrong one, and
+expects the 401 the document declares.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from runtime.settings import Settings
 from runtime.topics import create_topics, declared_topics
 from services.api.app import create_api
 from services.api.queries import MAX_WAIT_S, TOKEN_PATTERN
+from services.keys import ensure_local_key
 from tests.integration.harness import broker_reachable, free_port, isolated_settings
 
 pytestmark = pytest.mark.integration
@@ -61,11 +66,23 @@ SCHEMA = schemathesis.openapi.from_dict(
 
 
 @pytest.fixture(scope="module")
-def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def contract_tmp(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return tmp_path_factory.mktemp("contract")
+
+
+@pytest.fixture(scope="module")
+def auth(contract_tmp: Any) -> dict[str, str]:
+    """The Authorization header of a key with every scope."""
+    keys = contract_tmp / "api-keys"
+    return {"Authorization": f"Bearer {ensure_local_key(contract_tmp / 'api-key', keys)}"}
+
+
+@pytest.fixture(scope="module")
+def api_url(contract_tmp: Any, auth: dict[str, str]) -> Iterator[str]:
     """The real API on a free port, in a thread with its own event loop."""
     if not broker_reachable():
         raise RuntimeError("no Kafka broker: start one with `deploy/local/kafka.sh start`")
-    tmp = tmp_path_factory.mktemp("contract")
+    tmp = contract_tmp
     database = f"sqlite:///{tmp / 'read.db'}"
     upgrade(database)
     engine = create_engine(database)
@@ -75,7 +92,11 @@ def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         store.add_receipts(conn, [receipt | at])
     engine.dispose()
     api_settings = isolated_settings(
-        tmp, database_url=database, read_poll_ms=5, api_max_body_bytes=MAX_BODY
+        tmp,
+        database_url=database,
+        read_poll_ms=5,
+        api_max_body_bytes=MAX_BODY,
+        api_keys_file=tmp / "api-keys",
     )
     asyncio.run(create_topics(api_settings))
     port = free_port()
@@ -114,13 +135,15 @@ async def _delete_topics(api_settings: Settings) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-def test_every_operation_keeps_the_openapi_contract(case: Any, api_url: str) -> None:
+def test_every_operation_keeps_the_openapi_contract(
+    case: Any, api_url: str, auth: dict[str, str]
+) -> None:
     params, headers = _short_waits(case)
     _one_line_per_product(case)
-    case.call_and_validate(base_url=api_url, params=params, headers=headers)
+    case.call_and_validate(base_url=api_url, params=params, headers=headers | auth)
 
 
-def test_sequences_of_calls_keep_the_contract(api_url: str) -> None:
+def test_sequences_of_calls_keep_the_contract(api_url: str, auth: dict[str, str]) -> None:
     """The stateful phase: chains along the links schemathesis infers (the ``order_id`` of a
     202 into GET /orders/{order_id} and its cancel). No projector runs here, so the orders
     are 404s: the chains check the API's answers, not the saga."""
@@ -131,7 +154,7 @@ def test_sequences_of_calls_keep_the_contract(api_url: str) -> None:
 
         def get_call_kwargs(self, case: Any) -> dict[str, Any]:
             params, headers = _short_waits(case)
-            return {"base_url": api_url, "params": params, "headers": headers}
+            return {"base_url": api_url, "params": params, "headers": headers | auth}
 
     Chains.TestCase.settings = settings(
         max_examples=25,
@@ -202,9 +225,12 @@ def _one_line_per_product(case: Any) -> None:
 # --- hostile bodies, by hand ------------------------------------------------------------
 
 
-def raw_request(api_url: str, head: str, chunks: list[bytes]) -> tuple[int, str]:
-    """Send ``head`` and the body ``chunks`` as written; the status and the body of the
-    answer (which may come before the whole body is sent)."""
+def raw_request(
+    api_url: str, head: str, chunks: list[bytes], auth: dict[str, str]
+) -> tuple[int, str]:
+    """Send ``head`` (with the key of ``auth``) and the body ``chunks`` as written; the status
+    and the body of the answer (which may come before the whole body is sent)."""
+    head += "".join(f"{name}: {value}\n" for name, value in auth.items())
     host, port = api_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
@@ -248,6 +274,7 @@ def assert_sentence(response: httpx.Response | tuple[int, str], status: int, *wo
 
 def test_a_content_length_over_the_limit_is_a_413_before_the_body_is_read(
     api_url: str,
+    auth: dict[str, str],
 ) -> None:
     # Claims 10 MB, sends nothing: the answer cannot have waited for the body.
     answer = raw_request(
@@ -255,11 +282,14 @@ def test_a_content_length_over_the_limit_is_a_413_before_the_body_is_read(
         "POST /orders HTTP/1.1\nHost: api\nContent-Type: application/json\n"
         f"Content-Length: {10_000_000}\nConnection: close\n",
         [],
+        auth,
     )
     assert_sentence(answer, 413, "larger than", f"{MAX_BODY} bytes")
 
 
-def test_a_chunked_body_over_the_limit_is_a_413_while_it_streams(api_url: str) -> None:
+def test_a_chunked_body_over_the_limit_is_a_413_while_it_streams(
+    api_url: str, auth: dict[str, str]
+) -> None:
     chunk = b" " * 1000  # JSON whitespace: only the length is wrong
     chunks = MAX_BODY // len(chunk) + 2
     framed = [b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(chunks)] + [b"0\r\n\r\n"]
@@ -268,17 +298,19 @@ def test_a_chunked_body_over_the_limit_is_a_413_while_it_streams(api_url: str) -
         "POST /orders HTTP/1.1\nHost: api\nContent-Type: application/json\n"
         "Transfer-Encoding: chunked\nConnection: close\n",
         framed,
+        auth,
     )
     assert_sentence(answer, 413, "larger than", f"{MAX_BODY} bytes")
 
 
-def test_a_chunked_body_under_the_limit_is_read(api_url: str) -> None:
+def test_a_chunked_body_under_the_limit_is_read(api_url: str, auth: dict[str, str]) -> None:
     body = b'{"on_hand": 3}'
     answer = raw_request(
         api_url,
         "PUT /products/chunked/stock HTTP/1.1\nHost: api\nContent-Type: application/json\n"
         "Transfer-Encoding: chunked\nConnection: close\n",
         [b"%x\r\n%s\r\n" % (len(body), body), b"0\r\n\r\n"],
+        auth,
     )
     assert answer[0] == 202, answer
 
@@ -307,33 +339,35 @@ def test_a_chunked_body_under_the_limit_is_read(api_url: str) -> None:
     ],
 )
 def test_a_body_that_is_not_json_is_a_400_naming_the_problem(
-    api_url: str, body: bytes, words: list[str]
+    api_url: str, auth: dict[str, str], body: bytes, words: list[str]
 ) -> None:
     response = httpx.post(
         f"{api_url}/orders",
         content=body,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json"} | auth,
         timeout=10,
     )
     assert_sentence(response, 400, *words)
 
 
-def test_a_hundred_thousand_brackets_are_a_413_sentence(api_url: str) -> None:
+def test_a_hundred_thousand_brackets_are_a_413_sentence(api_url: str, auth: dict[str, str]) -> None:
     response = httpx.post(
         f"{api_url}/orders",
         content=b"[" * 100_000,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json"} | auth,
         timeout=10,
     )
     assert_sentence(response, 413, "larger than")
 
 
-def test_numbers_beyond_what_the_read_model_stores_are_a_4xx_sentence(api_url: str) -> None:
+def test_numbers_beyond_what_the_read_model_stores_are_a_4xx_sentence(
+    api_url: str, auth: dict[str, str]
+) -> None:
     for on_hand in (b"9" * 4000, b"2147483648", b"-1"):
         response = httpx.put(
             f"{api_url}/products/p/stock",
             content=b'{"on_hand": ' + on_hand + b"}",
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json"} | auth,
             timeout=10,
         )
         assert_sentence(response, 422, "on_hand")
@@ -341,6 +375,7 @@ def test_numbers_beyond_what_the_read_model_stores_are_a_4xx_sentence(api_url: s
 
 def test_the_fuzzers_order_with_a_negative_decimal_is_a_422_naming_the_field(
     api_url: str,
+    auth: dict[str, str],
 ) -> None:
     body = {
         "lines": [
@@ -350,56 +385,67 @@ def test_the_fuzzers_order_with_a_negative_decimal_is_a_422_naming_the_field(
         "payment": {},
         "customer_id": "lÅ",
     }
-    response = httpx.post(f"{api_url}/orders", json=body, timeout=10)
+    response = httpx.post(f"{api_url}/orders", json=body, headers=auth, timeout=10)
     assert_sentence(response, 422, "lines.1.unit_price", "payment.method")
     problems = response.json()["detail"]
     assert {tuple(p["loc"]) for p in problems} >= {("body", "lines", 1, "unit_price")}
     assert all(set(p) == {"loc", "msg", "type"} for p in problems)  # no input, no ctx
 
 
-def test_two_lines_for_one_product_are_a_422_asking_to_merge_them(api_url: str) -> None:
+def test_two_lines_for_one_product_are_a_422_asking_to_merge_them(
+    api_url: str, auth: dict[str, str]
+) -> None:
     line = {"product_id": "p", "quantity": 1, "unit_price": "1.00"}
     body = {"customer_id": "c", "lines": [line, line], "payment": {"method": "card"}}
-    response = httpx.post(f"{api_url}/orders", json=body, timeout=10)
+    response = httpx.post(f"{api_url}/orders", json=body, headers=auth, timeout=10)
     assert_sentence(response, 422, "lines", "merge the quantities")
 
 
-def test_a_422_never_echoes_a_long_input(api_url: str) -> None:
+def test_a_422_never_echoes_a_long_input(api_url: str, auth: dict[str, str]) -> None:
     long_name = "x" * 3000
     response = httpx.put(
-        f"{api_url}/products/p/stock", json={"on_hand": -1, long_name: 1}, timeout=10
+        f"{api_url}/products/p/stock", json={"on_hand": -1, long_name: 1}, headers=auth, timeout=10
     )
     assert response.status_code == 422
     assert long_name not in response.text
     assert len(response.text) < 2000
 
 
-def test_a_body_that_is_not_sent_as_json_is_a_415(api_url: str) -> None:
+def test_a_body_that_is_not_sent_as_json_is_a_415(api_url: str, auth: dict[str, str]) -> None:
     for headers in ({"Content-Type": "text/plain"}, {}):
         response = httpx.put(
-            f"{api_url}/products/p/stock", content=b'{"on_hand": 1}', headers=headers, timeout=10
+            f"{api_url}/products/p/stock",
+            content=b'{"on_hand": 1}',
+            headers=headers | auth,
+            timeout=10,
         )
         assert_sentence(response, 415, "Content-Type: application/json")
 
 
-def test_a_token_nobody_applied_is_a_504_sentence_after_the_wait(api_url: str) -> None:
+def test_a_token_nobody_applied_is_a_504_sentence_after_the_wait(
+    api_url: str, auth: dict[str, str]
+) -> None:
     never = "cmd-" + "0" * 32
-    response = httpx.get(f"{api_url}/sagas/s?consistency_token={never}&wait=0.2", timeout=10)
+    response = httpx.get(
+        f"{api_url}/sagas/s?consistency_token={never}&wait=0.2", headers=auth, timeout=10
+    )
     assert_sentence(response, 504, "has not caught up", never, "0.2 s")
     for wait in ("", "&wait=0"):  # wait=0: no waiting, but an applied token is no 504
         applied = httpx.get(
-            f"{api_url}/sagas/s?consistency_token={APPLIED_TOKEN}{wait}", timeout=10
+            f"{api_url}/sagas/s?consistency_token={APPLIED_TOKEN}{wait}", headers=auth, timeout=10
         )
         assert_sentence(applied, 404, "saga 's' not found")
 
 
-def test_an_id_with_a_nul_is_a_422_not_a_database_error(api_url: str) -> None:
+def test_an_id_with_a_nul_is_a_422_not_a_database_error(api_url: str, auth: dict[str, str]) -> None:
     for path in ("/orders/a%00b", "/sagas/a%00b", "/customers/a%00b/orders"):
-        assert_sentence(httpx.get(f"{api_url}{path}", timeout=10), 422, "NUL character")
+        assert_sentence(
+            httpx.get(f"{api_url}{path}", headers=auth, timeout=10), 422, "NUL character"
+        )
 
 
-def test_an_unknown_route_is_a_404_sentence(api_url: str) -> None:
-    response = httpx.get(f"{api_url}/nowhere", timeout=10)
+def test_an_unknown_route_is_a_404_sentence(api_url: str, auth: dict[str, str]) -> None:
+    response = httpx.get(f"{api_url}/nowhere", headers=auth, timeout=10)
     assert_sentence(response, 404, "no route matches GET /nowhere")
 
 
@@ -415,9 +461,9 @@ def test_an_unknown_route_is_a_404_sentence(api_url: str) -> None:
     ],
 )
 def test_a_wrong_method_is_a_405_whose_allow_header_names_every_method_of_the_path(
-    api_url: str, method: str, path: str, allow: str
+    api_url: str, auth: dict[str, str], method: str, path: str, allow: str
 ) -> None:
-    response = httpx.request(method, f"{api_url}{path}", timeout=10)
+    response = httpx.request(method, f"{api_url}{path}", headers=auth, timeout=10)
     assert_sentence(response, 405, f"{method} is not allowed", allow)
     assert response.headers["allow"] == allow
 
@@ -433,3 +479,20 @@ def test_every_error_status_in_the_openapi_document_has_the_one_error_model() ->
                 assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path)
             if method in ("post", "put"):
                 assert {"400", "413", "415", "422", "503"} <= operation["responses"].keys()
+
+
+def test_every_route_but_healthz_declares_the_api_key_and_its_refusals() -> None:
+    document: dict[str, Any] = SCHEMA.raw_schema
+    assert document["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if path == "/healthz":
+                assert "security" not in operation
+                assert "401" not in operation["responses"]
+                continue
+            assert operation["security"] == [{"ApiKey": []}], (method, path)
+            assert {"401", "403"} <= operation["responses"].keys(), (method, path)
+            challenge = operation["responses"]["401"]["headers"]["WWW-Authenticate"]
+            assert challenge["required"] is True
+            command = method in ("post", "put", "delete")  # rate-limited: the command routes
+            assert ("429" in operation["responses"]) == command, (method, path)

@@ -29,6 +29,8 @@ from runtime.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import SCHEMA_VERSION, Envelope
+from sagas.projections.orders import ORDERS
+from sagas.projections.stock import PRODUCT_STOCK
 from services.worker.deadletter import DeadLetter
 from tests.integration.golden import T0
 from tests.integration.harness import Stack, isolated_settings, read_all, running_stack
@@ -142,7 +144,7 @@ async def _order_row_shows(engine: Engine, order_id: str, timeout: float = 60) -
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
         with engine.connect() as conn:
-            row = store.load_orders(conn, [order_id]).get(order_id)
+            row = store.load_rows(conn, ORDERS, [order_id]).get(order_id)
         if row is not None and row.status in oc.FINAL_STATUSES:
             return row.status
         await asyncio.sleep(0.2)
@@ -269,7 +271,7 @@ async def test_the_projector_keeps_running_and_its_read_models_advance(world: Wo
     assert await _order_row_shows(world.engine, order) == "CONFIRMED"
     assert world.projector.alive(), world.projector.tail_log()
     with world.engine.connect() as conn:
-        stock = store.load_stock(conn, ["unknown-first"])
+        stock = store.load_rows(conn, PRODUCT_STOCK, ["unknown-first"])
         positions = store.load_positions(conn, ["product:unknown-first", "order:poisoned"])
     # The unknown first event was skipped and its sequence counted: the second applied.
     assert stock["unknown-first"].on_hand == 4

@@ -25,6 +25,8 @@ from runtime.topics import DEAD_LETTERS, EVENTS, create_topics
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import Envelope
+from sagas.projections.orders import ORDERS
+from sagas.projections.stock import PRODUCT_STOCK
 from services.projector.runner import Projector
 from services.worker.deadletter import DeadLetter
 from tests.integration.golden import T0, expected_rows, golden_events, scrambled
@@ -174,14 +176,14 @@ async def test_out_of_order_duplicated_and_odd_events_end_in_the_rows_of_the_ord
         with engine.connect() as conn:
             expected = expected_rows(log.golden)
             for order_id, order in expected.orders.items():
-                assert queries.get_order(conn, order_id) == order
+                assert queries.get_row(conn, ORDERS, order_id) == order
             for product_id, stock in expected.stock.items():
-                assert queries.get_stock(conn, product_id) == stock
+                assert queries.get_row(conn, PRODUCT_STOCK, product_id) == stock
             timeline = {s for saga in expected.orders for s in queries.saga_timeline(conn, saga)}
             assert timeline == expected.timeline
-            mystery = queries.get_stock(conn, "mystery")
+            mystery = queries.get_row(conn, PRODUCT_STOCK, "mystery")
             assert mystery is not None and (mystery.on_hand, mystery.last_sequence) == (3, 2)
-            assert queries.get_order(conn, "ghost") is None
+            assert queries.get_row(conn, ORDERS, "ghost") is None
             held = queries.held_events(conn)
             counters = queries.counters(conn)
         assert held.count == 1  # the ghost's event, behind a gap that never fills

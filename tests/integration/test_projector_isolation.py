@@ -23,6 +23,7 @@ from readside.batch import Batch, apply_batch
 from readside.triage import Positioned
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, create_topics
+from sagas.projections.orders import ORDERS
 from services.projector.isolation import REFUSED_TYPE, refused, trial, without
 from services.projector.runner import Projector
 from services.worker.deadletter import DeadLetter
@@ -90,7 +91,7 @@ def test_the_refused_event_is_found_and_the_rest_of_the_batch_is_applied(engine:
         applied = apply_batch(conn, without(batch, found), T0)
     expected = expected_rows(p.event for p in batch.events)
     with engine.connect() as conn:
-        orders = store.load_orders(conn, list(expected.orders))
+        orders = store.load_rows(conn, ORDERS, list(expected.orders))
         positions = store.load_positions(conn, list(expected.positions))
         held = queries.held_events(conn).count
         checkpoints = store.load_checkpoints(conn, "t.events")
@@ -148,7 +149,7 @@ async def test_the_projector_dead_letters_what_the_database_refuses_and_goes_on(
     assert letter["value"] == placed.encode().decode()
     expected = expected_rows(events)
     with engine.connect() as conn:
-        orders = store.load_orders(conn, list(expected.orders))
+        orders = store.load_rows(conn, ORDERS, list(expected.orders))
         counters = queries.counters(conn)
     assert set(orders) == set(expected.orders) - {POISONED}
     assert counters["dead_lettered"] == 1 and counters.get("unknown_type", 0) == 0
@@ -190,6 +191,6 @@ async def test_a_database_that_does_not_answer_is_waited_for_not_blamed(
             admin.dispose()
         expected = expected_rows(events)
         with engine.connect() as conn:
-            assert store.load_orders(conn, list(expected.orders)) == expected.orders
+            assert store.load_rows(conn, ORDERS, list(expected.orders)) == expected.orders
             assert store.load_positions(conn, list(expected.positions)) == expected.positions
     assert await _letters(settings) == []

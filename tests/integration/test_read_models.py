@@ -28,10 +28,11 @@ from readside.schema import metadata
 from runtime.settings import Settings
 from runtime.topics import create_topics
 from sagas.projections.listing import customer_history
-from sagas.projections.rows import OrderRow
+from sagas.projections.orders import OrderRow
 from services.api.app import create_api
+from services.keys import add_key
 from services.projector.runner import Projector
-from tests.integration.harness import Worker, broker_reachable, isolated_settings
+from tests.integration.harness import Worker, auth_headers, broker_reachable, isolated_settings
 from tests.integration.readside import BACKENDS, fresh_database, read_engine
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -113,7 +114,9 @@ async def side(
         try:
             async with (
                 api.router.lifespan_context(api),
-                httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+                httpx.AsyncClient(
+                    transport=transport, base_url="http://api", headers=auth_headers(settings)
+                ) as http,
             ):
                 yield ReadSide(backend, settings, api, http)
         finally:
@@ -303,3 +306,46 @@ async def test_the_openapi_document_names_every_model(side: ReadSide) -> None:
     ]:
         assert name in schemas, name
     assert "consistency_token" in schemas["OrderAccepted"]["properties"]
+
+
+async def test_every_route_serves_a_key_of_its_scope_and_no_other(side: ReadSide) -> None:
+    """With real rows behind the queries: 2xx with a key of the route's scope, 403 with a
+    key of the other scope, 401 without one."""
+    keys = side.settings.api_keys_file
+    reader = {"Authorization": f"Bearer {add_key(keys, ['read'], 'reader')[0]}"}
+    writer = {"Authorization": f"Bearer {add_key(keys, ['commands'], 'writer')[0]}"}
+    product, customer = f"scoped-{side.backend}", f"scoped-{side.backend}"
+    line = {"product_id": product, "quantity": 1, "unit_price": "1.00"}
+    order = {"customer_id": customer, "lines": [line], "payment": {"method": "card"}}
+    commands = [
+        ("PUT", f"/products/{product}/stock", {"on_hand": 3}),
+        ("POST", "/orders", order),
+    ]
+    answers = [
+        await side.http.request(method, path, json=body, headers=writer)
+        for method, path, body in commands
+    ]
+    assert [a.status_code for a in answers] == [202, 202], [a.text for a in answers]
+    order_id, token = answers[1].json()["order_id"], answers[1].json()["consistency_token"]
+    cancel = await side.http.post(f"/orders/{order_id}/cancel", headers=writer)
+    assert cancel.status_code == 202, cancel.text
+    queries = [
+        f"/orders/{order_id}?consistency_token={token}&{FINAL_WAIT}",
+        f"/customers/{customer}/orders?consistency_token={token}",
+        f"/products/{product}/stock?consistency_token={token}",
+        f"/sagas/{order_id}?consistency_token={token}",
+        "/projections/status",
+    ]
+    for path in queries:
+        response = await side.http.get(path, headers=reader)
+        assert response.status_code == 200, (path, response.text)
+    transport = httpx.ASGITransport(app=side.api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as anonymous:
+        for method, path, body in [*commands, ("POST", f"/orders/{order_id}/cancel", None)]:
+            assert (await anonymous.request(method, path, json=body)).status_code == 401
+            refused = await anonymous.request(method, path, json=body, headers=reader)
+            assert refused.status_code == 403 and "'commands' scope" in refused.text
+        for path in queries:
+            assert (await anonymous.get(path)).status_code == 401
+            refused = await anonymous.get(path, headers=writer)
+            assert refused.status_code == 403 and "'read' scope" in refused.text

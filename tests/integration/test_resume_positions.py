@@ -7,7 +7,6 @@ expel the worker from its group mid-load, on the real broker.
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +18,7 @@ from aiokafka.errors import KafkaError
 
 from runtime.settings import Settings
 from runtime.topics import ORDER_SAGA, topic_partitions
-from tests.integration.harness import Stack, isolated_settings, running_stack
+from tests.integration.harness import isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration]
 
@@ -101,19 +100,6 @@ PRODUCTS = [f"gap-{i}" for i in range(6)]
 STOCK = 25
 
 
-async def _place_steadily(stack: Stack, count: int, lines: dict[str, list[str]]) -> list[str]:
-    rnd = random.Random(11)
-    orders = []
-    for i in range(count):
-        picked = rnd.sample(PRODUCTS, rnd.choice([1, 2]))
-        method = "decline" if i % 10 == 0 else "card"
-        order = await stack.place([(p, 1) for p in picked], method=method, customer=f"s{i}")
-        lines[order] = picked
-        orders.append(order)
-        await asyncio.sleep(0.02)
-    return orders
-
-
 async def test_expelled_mid_load_then_killed_loses_no_accepted_order(tmp_path: Path) -> None:
     """SIGSTOP past the session timeout (the group expels the worker and its offsets may be
     committed by nobody or by a stale generation), SIGCONT, then SIGKILL and restart."""
@@ -122,7 +108,9 @@ async def test_expelled_mid_load_then_killed_loses_no_accepted_order(tmp_path: P
         for product in PRODUCTS:
             await stack.set_stock(product, STOCK)
         lines: dict[str, list[str]] = {}
-        load = asyncio.create_task(_place_steadily(stack, 300, lines))
+        load = asyncio.create_task(
+            stack.place_steadily(PRODUCTS, 300, lines, seed=11, pause_s=0.02, decline_every=10)
+        )
         while len(stack.tail.outcomes) < 40:
             await asyncio.sleep(0.05)
         assert stack.worker.proc is not None

@@ -54,6 +54,7 @@ class PrivateBroker:
         "SAGALINE_KAFKA_HOME": str(KAFKA_HOME),
         "SAGALINE_KAFKA_PORT": str(BROKER_PORT),
         "SAGALINE_KAFKA_CONTROLLER_PORT": str(CONTROLLER_PORT),
+        "SAGALINE_KAFKA_SASL_PORT": "off",  # a private broker: no second listener
     }
 
     def _run(self, command: str) -> None:

@@ -26,25 +26,15 @@ STOCK = 400
 KILLS = 4
 
 
-async def _place_steadily(stack: Stack, count: int, lines: dict[str, list[str]]) -> list[str]:
-    rnd = random.Random(7)
-    orders = []
-    for i in range(count):
-        picked = rnd.sample(PRODUCTS, rnd.choice([1, 2]))
-        order = await stack.place([(p, 1) for p in picked], customer=f"r{i}")
-        lines[order] = picked
-        orders.append(order)
-        await asyncio.sleep(0.005)
-    return orders
-
-
 async def test_every_kill_leaves_stores_that_recover_to_their_changelog(tmp_path: Path) -> None:
     settings = isolated_settings(tmp_path)
     async with running_stack(settings, tmp_path) as stack:
         for product in PRODUCTS:
             await stack.set_stock(product, STOCK)
         lines: dict[str, list[str]] = {}
-        load = asyncio.create_task(_place_steadily(stack, 600, lines))
+        load = asyncio.create_task(
+            stack.place_steadily(PRODUCTS, 600, lines, seed=7, pause_s=0.005)
+        )
         try:
             await _kill_and_check(stack, load)
         except BaseException:

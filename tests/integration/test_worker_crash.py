@@ -1,4 +1,5 @@
-"""A worker killed with SIGKILL mid-run: every saga still ends, no unit sold twice or lost."""
+"""A worker killed with SIGKILL mid-run: every saga still ends, no unit sold twice or lost,
+every enrollment settles with no course overbooked and no seat held twice or left behind."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ pytestmark = [pytest.mark.integration]
 
 PRODUCTS = [f"crash-{i}" for i in range(10)]
 STOCK = 30
+COURSES = {"crash-course-0": 4, "crash-course-1": 5, "crash-course-2": 6}
+STUDENTS = [f"crash-student-{i}" for i in range(20)]
 
 
 async def test_sigkill_in_the_middle_of_500_orders(tmp_path: Path) -> None:
@@ -24,9 +27,23 @@ async def test_sigkill_in_the_middle_of_500_orders(tmp_path: Path) -> None:
     async with running_stack(isolated_settings(tmp_path), tmp_path) as stack:
         for product in PRODUCTS:
             await stack.set_stock(product, STOCK)
+        # Enrollment sagas run beside the orders: the same worker, the same kill.
+        for course, seats in COURSES.items():
+            await stack.set_course(course, seats, credits=3)
+        for student in STUDENTS:
+            await stack.set_student(student, max_credits=9)
+        enrollments: list[str] = []
         lines = {}
         orders = []
         for i in range(500):
+            if i % 4 == 0:
+                student = STUDENTS[(i // 4) % len(STUDENTS)]
+                enrollment, _ = await stack.enroll(student, rnd.choice(list(COURSES)))
+                enrollments.append(enrollment)
+            if i % 20 == 10:
+                await stack.drop(rnd.choice(enrollments))
+            if i % 20 == 15:
+                await stack.transfer(rnd.choice(enrollments), rnd.choice(list(COURSES)))
             picked = rnd.sample(PRODUCTS, rnd.choice([1, 1, 2]))
             method = "decline" if i % 10 == 0 else "card"
             order = await stack.place([(p, 1) for p in picked], method=method, customer=f"k{i}")
@@ -46,6 +63,10 @@ async def test_sigkill_in_the_middle_of_500_orders(tmp_path: Path) -> None:
         # The run did exercise both outcomes.
         statuses = [o.status for o in outcomes.values()]
         assert statuses.count("CONFIRMED") > 50 and statuses.count("REJECTED") > 50
+
+        settled = await stack.assert_enrollments_settled(enrollments)
+        kinds = set(settled.values())
+        assert {"ENROLLED", "WAITLISTED", "DROPPED", "REJECTED"} <= kinds, kinds
 
 
 async def test_worker_refuses_to_start_when_partition_counts_differ(tmp_path: Path) -> None:

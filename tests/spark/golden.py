@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.contracts import enrollment as ec
 from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc
 from sagas.ids import derive_id, external_command_id
@@ -30,6 +31,8 @@ def sample(model: type[BaseModel], **overrides: Any) -> Any:
 def _value(name: str, annotation: Any) -> Any:
     if get_origin(annotation) in (typing.Union, types.UnionType):
         annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if get_origin(annotation) is typing.Annotated:
+        annotation = get_args(annotation)[0]
     if annotation is str:
         return f"{name}-1"
     if annotation is int:
@@ -43,7 +46,11 @@ def _value(name: str, annotation: Any) -> Any:
     if get_origin(annotation) is Literal:
         return get_args(annotation)[-1]
     if get_origin(annotation) is tuple:
-        return (sample(get_args(annotation)[0], product_id="p-1"),)
+        item = get_args(annotation)[0]
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            ids = {"product_id": "p-1"} if "product_id" in item.model_fields else {}
+            return (sample(item, **ids),)
+        return (_value(name, item),)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return sample(annotation)
     raise TypeError(f"no sample for {name}: {annotation}")
@@ -58,7 +65,37 @@ def variants() -> list[Message]:
         oc.OrderStatusChanged(status="CANCELLED", reason="timeout"),
         pc.Voided(amount=Decimal("7"), refunded=False),
         pc.Voided(amount=Decimal("7.10"), refunded=True),
+        ec.EnrollmentStatusChanged(status="PENDING", course_id="c-1"),
+        ec.EnrollmentStatusChanged(status="WAITLISTED", course_id="c-1", waitlist_position=2),
+        sample(ec.SeatHeld, promoted=False),
+        ec.EnrollmentStatusChanged(status="TRANSFERRING", course_id="c-1", transfer_to="c-2"),
+        # Rosters and students empty and longer, a title that is not ASCII (still native).
+        sample(ec.CourseSet, enrolled=(), waitlist=()),
+        sample(
+            ec.CourseSet,
+            title="Cours d'été ✓",
+            enrolled=("s-1", "s-2"),
+            waitlist=tuple(_queued(i) for i in (1, 2, 3)),
+        ),
+        sample(ec.StudentSet, enrollments=()),
+        sample(
+            ec.CreditsHeld,
+            enrollments=(
+                ec.StudentEnrollment(
+                    enrollment_id="e-1", course_id="c-1", credits=3, status="held"
+                ),
+                ec.StudentEnrollment(
+                    enrollment_id="e-2", course_id="c-2", credits=0, status="enrolled"
+                ),
+            ),
+        ),
     ]
+
+
+def _queued(position: int) -> ec.WaitlistEntry:
+    return ec.WaitlistEntry(
+        enrollment_id=f"e-{position}", student_id=f"s-{position}", position=position
+    )
 
 
 def golden_events() -> list[Envelope]:

@@ -3,9 +3,11 @@
 :func:`order_history` plays order sagas over a set of products -- confirmed, rejected (out
 of stock), declined, cancelled by the customer, expired reservations and a few still in
 flight -- with per-entity sequences, product totals that add up, ``cmd-`` causations and
-times spread over several days. The other functions make the log messy the way real logs
-get: copies of events, an entity's events written out of order or late, a gap that never
-fills, and malformed records of every kind the projector dead-letters.
+times spread over several days. :func:`enrollment_history` drives the real enrollment
+definitions (saga, courses, students) through the unit tests' in-memory bus, so its events
+are exactly the ones the worker publishes. The other functions make the log messy the way
+real logs get: copies of events, an entity's events written out of order or late, a gap
+that never fills, and malformed records of every kind the projector dead-letters.
 """
 
 from __future__ import annotations
@@ -231,16 +233,19 @@ def _fail(
 # --- making the log messy ------------------------------------------------------------------
 
 
-def messy(events: list[Envelope], seed: int = 11) -> list[Envelope]:
-    """``events`` with copies (5%), some orders' events written out of sequence order, and a
-    few written late (after everything else), as a backfill would."""
+def messy(
+    events: list[Envelope], seed: int = 11, entities: tuple[str, ...] = ("order:",)
+) -> list[Envelope]:
+    """``events`` with copies (5%), some entities' events (of the types ``entities`` names,
+    orders by default) written out of sequence order, and a few written late (after
+    everything else), as a backfill would."""
     rng = random.Random(seed)
     out = list(events)
     out += [out[i] for i in rng.sample(range(len(out)), len(out) // 20)]
     by_entity: dict[str, list[int]] = defaultdict(list)
     for index, event in enumerate(out):
         by_entity[event.key].append(index)
-    orders = [k for k in by_entity if k.startswith("order:")]
+    orders = [k for k in by_entity if k.startswith(entities)]
     for key in rng.sample(orders, max(1, len(orders) // 10)):
         slots = by_entity[key]
         moved = [out[i] for i in slots]
@@ -252,10 +257,13 @@ def messy(events: list[Envelope], seed: int = 11) -> list[Envelope]:
     return [e for i, e in enumerate(out) if i not in late] + backfill
 
 
-def with_gaps(events: list[Envelope], entities: int = 3, seed: int = 5) -> list[Envelope]:
-    """Drop the second event of a few orders: their later events stay held (pending)."""
+def with_gaps(
+    events: list[Envelope], entities: int = 3, seed: int = 5, prefix: str = "order:"
+) -> list[Envelope]:
+    """Drop the second event of a few orders (entities whose key starts with ``prefix``):
+    their later events stay held (pending)."""
     rng = random.Random(seed)
-    keys = sorted({e.key for e in events if e.key.startswith("order:")})
+    keys = sorted({e.key for e in events if e.key.startswith(prefix)})
     gapped = set(rng.sample(keys, min(entities, len(keys))))
     return [e for e in events if not (e.key in gapped and e.sequence == 2)]
 

@@ -1,12 +1,14 @@
 """The rebuild equals the online projector, table for table, on the real broker.
 
-A mixed history -- orders confirmed, rejected, cancelled, expired, declined and in flight,
-duplicates, an entity's events written out of order and late, gaps that never fill,
-malformed records of every kind, loosely written events and a type from a newer producer --
-goes to an isolated topic. The real projector (small batches) projects it into one fresh
-database, ``sagaline rebuild``'s job into another; every projector table must hold the same
-rows (the two wall-clock columns aside), and the rebuild's rejects must be exactly what the
-projector dead-lettered, with the same reasons.
+A mixed history -- orders confirmed, rejected, cancelled, expired, declined and in flight;
+enrollments played by the real definitions (waitlists, promotions, drops, transfers accepted
+and refused, timeouts); duplicates, an entity's events written out of order and late, gaps
+that never fill, malformed records of every kind, loosely written events and a type from a
+newer producer -- goes to an isolated topic. The real projector (small batches) projects it
+into one fresh database, ``sagaline rebuild``'s job into another; every projector table
+(every declared read model's, :data:`sagas.catalog.READ_MODELS`, and the kernel's) must hold
+the same rows (the two wall-clock columns aside), and the rebuild's rejects must be exactly
+what the projector dead-lettered, with the same reasons.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy import select
 
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, create_topics
+from sagas.catalog import READ_MODELS
 from services.projector.runner import Projector
 from services.worker.deadletter import DeadLetter
 from spark_projections import tables
@@ -33,7 +36,7 @@ from tests.integration.readside import (
     snapshot,
     wait_until_applied,
 )
-from tests.spark import history
+from tests.spark import enrollments, history
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -43,8 +46,10 @@ def mixed_history() -> list[tuple[bytes | None, bytes | None]]:
     sample = next(e for e in events if e.type == "order.StatusChanged" and e.sequence == 2)
     return [
         *history.encoded(history.messy(events, seed=18)),
+        *history.encoded(enrollments.messy_enrollments(400, seed=19)),
         *history.malformed(sample),
         *history.lax_order(),
+        *enrollments.lax_course(),
     ]
 
 
@@ -87,6 +92,8 @@ async def test_the_rebuild_holds_exactly_the_projectors_rows(
         assert rejects(rebuilt) == {(d["partition"], d["offset"], d["reason"]) for d in dead}
     for table, rows in projected.items():
         assert rebuilt_rows[table] == rows, table
+    for model in READ_MODELS:  # every declared model is compared, on rows that prove something
+        assert projected[model.name], f"the history gives {model.name} no row"
     assert summary.events_read == sum(ends.values())
     assert summary.verdicts["held"] > 0 and summary.verdicts["duplicate"] > 0
     assert any(line.startswith("stage=stage") and "rows_written=" in line for line in lines)

@@ -28,7 +28,7 @@ from runtime.topics import create_topics
 from services.api.app import create_api
 from spark_projections import staging, swap
 from spark_projections.job import run
-from tests.integration.harness import isolated_settings, settings_env
+from tests.integration.harness import auth_headers, isolated_settings, settings_env
 from tests.integration.readside import fresh_database, produce, read_engine, snapshot
 from tests.spark import history
 from tests.spark.test_equality import project
@@ -66,7 +66,9 @@ async def served(settings: Settings, order_id: str, product_id: str) -> tuple[st
     transport = httpx.ASGITransport(app=api)
     async with (
         api.router.lifespan_context(api),
-        httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+        httpx.AsyncClient(
+            transport=transport, base_url="http://api", headers=auth_headers(settings)
+        ) as http,
     ):
         order = await http.get(f"/orders/{order_id}")
         saga = await http.get(f"/sagas/{order_id}")

@@ -1,47 +1,64 @@
-"""Each native read-model rule against the pure Python fold it re-expresses, on a messy
-history: duplicates, entities written out of order and late, gaps that never fill,
-malformed records, loosely written events (exact route) and a type from a newer producer.
+"""Each native read-model rule against the pure Python fold it re-expresses, on a messy history
+(orders, and enrollments played by the real definitions): duplicates, entities written out
+of order and late, gaps that never fill, malformed records, loosely written events (exact
+route) and a type from a newer producer.
 
-The expected DataFrames are the folds' rows in their stored form (the projector's own
-``codec``), compared whole with ``assertDataFrameEqual``.
+Every declared read model (:data:`sagas.catalog.READ_MODELS`) is compared: its native twin
+(its declaration, interpreted by :mod:`spark_projections.twins`) against its fold. The
+expected DataFrames are the folds' rows in their stored form (the projector's own
+``codec``), compared whole with ``assertDataFrameEqual``; a twin that disagrees with its
+fold, or that cannot be computed, fails the comparison (shown below on models declared
+here, outside the catalog).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from pyspark.errors import PySparkAssertionError
 from pyspark.sql import DataFrame, SparkSession
 
-from readside import codec
-from spark_projections import gate, models, pipeline
-from tests.spark import history
-from tests.spark.compare import assertDataFrameEqual
+from readside import codec, schema
+from sagas.catalog import READ_MODELS
+from sagas.contracts.orders import OrderPlaced
+from sagas.projections.declare import Column, Latest, ReadModel
+from sagas.projections.orders import ORDERS
+from spark_projections import gate, models, pipeline, swap, twins
+from tests.spark import enrollments, history
+from tests.spark.compare import assertDataFrameEqual, compare
 from tests.spark.frames import T_LOG, place, records_frame
-from tests.spark.reference import Reference, project
+from tests.spark.reference import Record, Reference, project
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
-def records() -> list[tuple[int, int, bytes | None, bytes | None]]:
+def records() -> list[Record]:
     events = history.with_gaps(history.order_history(120, products=6, seed=3))
     messy = history.messy(events, seed=4)
     sample = next(e for e in events if e.type == "order.StatusChanged" and e.sequence == 2)
-    raws = [*history.encoded(messy), *history.malformed(sample), *history.lax_order()]
+    enrolling = enrollments.messy_enrollments(150, seed=7)
+    raws = [
+        *history.encoded(messy),
+        *history.encoded(enrolling),
+        *history.malformed(sample),
+        *history.lax_order(),
+        *enrollments.lax_course(),
+    ]
     return place(raws)
 
 
 @pytest.fixture(scope="module")
-def reference(records: list[tuple[int, int, bytes | None, bytes | None]]) -> Reference:
+def reference(records: list[Record]) -> Reference:
     return project(records)
 
 
 @pytest.fixture(scope="module")
-def stage(
-    spark: SparkSession, records: list[tuple[int, int, bytes | None, bytes | None]]
-) -> pipeline.Staged:
+def stage(spark: SparkSession, records: list[Record]) -> pipeline.Staged:
     stage = pipeline.staged(records_frame(spark, records))
     return pipeline.Staged(stage.gated.cache(), stage.rejects)
 
@@ -50,20 +67,49 @@ def _frame(spark: SparkSession, like: DataFrame, rows: list[dict[str, object]]) 
     return spark.createDataFrame([tuple(r[c] for c in like.columns) for r in rows], like.schema)
 
 
-def test_orders_are_apply_order_folded_in_sequence_order(
-    spark: SparkSession, stage: pipeline.Staged, reference: Reference
+@pytest.mark.parametrize("model", READ_MODELS, ids=[m.name for m in READ_MODELS])
+def test_every_declared_read_model_is_its_fold_applied_in_sequence_order(
+    spark: SparkSession,
+    stage: pipeline.Staged,
+    records: list[Record],
+    reference: Reference,
+    model: ReadModel[Any],
 ) -> None:
-    actual = models.orders(stage.gated)
-    expected = _frame(spark, actual, [codec.order_values(r) for r in reference.orders])
-    assertDataFrameEqual(actual, expected)
+    compare(spark, stage, records, model, reference)
 
 
-def test_product_stock_is_apply_stock_folded(
-    spark: SparkSession, stage: pipeline.Staged, reference: Reference
+def test_a_twin_that_disagrees_with_its_fold_fails_the_comparison(
+    spark: SparkSession, stage: pipeline.Staged, records: list[Record]
 ) -> None:
-    actual = models.product_stock(stage.gated)
-    expected = _frame(spark, actual, [codec.stock_values(r) for r in reference.stock])
-    assertDataFrameEqual(actual, expected)
+    status = ORDERS.column("status")
+    wrong = dataclasses.replace(
+        ORDERS,
+        columns=tuple(
+            dataclasses.replace(c, value=Latest(OrderPlaced, "customer_id")) if c is status else c
+            for c in ORDERS.columns
+        ),
+    )
+    with pytest.raises(PySparkAssertionError, match="DIFFERENT_ROWS"):
+        compare(spark, stage, records, wrong)
+
+
+def test_a_twin_that_cannot_be_computed_fails_the_comparison(
+    spark: SparkSession, stage: pipeline.Staged, records: list[Record]
+) -> None:
+    reason = ORDERS.column("reason")
+    unknown_field = Column("reason", reason.kind, Latest(OrderPlaced, "no_such_field"), True)
+    broken = dataclasses.replace(
+        ORDERS, columns=tuple(unknown_field if c is reason else c for c in ORDERS.columns)
+    )
+    with pytest.raises(twins.NoNativeTwin, match="no field 'no_such_field'"):
+        compare(spark, stage, records, broken)
+
+
+def test_the_rebuild_stages_every_declared_read_model(stage: pipeline.Staged) -> None:
+    frames = pipeline.frames(stage, T_LOG)
+    for model in READ_MODELS:
+        table = schema.table_of(model)
+        assert frames[table].columns == [c.name for c in table.columns], model.name
 
 
 def test_timeline_is_one_timeline_entry_per_applied_event(
@@ -125,7 +171,7 @@ def test_receipts_name_each_commands_first_applied_event(
 
 
 def test_a_loosely_written_order_lands_normalized(stage: pipeline.Staged) -> None:
-    row = models.orders(stage.gated).where("order_id = 'o-lax'").collect()
+    row = twins.rows(stage.gated, ORDERS).where("order_id = 'o-lax'").collect()
     assert len(row) == 1
     assert json.loads(row[0]["lines"]) == [
         {"product_id": "p-lax", "quantity": 2, "unit_price": "10.75"}
@@ -136,3 +182,15 @@ def test_a_loosely_written_order_lands_normalized(stage: pipeline.Staged) -> Non
 def test_every_gate_verdict_occurs(stage: pipeline.Staged) -> None:
     seen = {r["gate"] for r in stage.gated.select("gate").distinct().collect()}
     assert seen == {gate.APPLIED, gate.HELD, gate.DUPLICATE}
+
+
+def test_the_swap_locks_every_declared_model_in_the_projectors_order() -> None:
+    """Positions and held events, then the models in catalog order, then the timeline: the
+    order a projector batch touches them in, so the swap and a batch cannot deadlock."""
+    order = [t.name for t in swap.LOCK_ORDER]
+    models_at = order.index("pending_events") + 1
+    names = [m.name for m in READ_MODELS]
+    assert order[:models_at] == ["entity_positions", "pending_events"]
+    assert order[models_at : models_at + len(names)] == names
+    assert order[models_at + len(names)] == "saga_timeline"
+    assert {t.name for t in swap.STAGED} <= set(order)

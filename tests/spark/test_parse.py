@@ -15,12 +15,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from readside.triage import Rejected, triage
+from sagas.catalog import READ_MODELS, SAGA_TYPES
+from sagas.contracts import enrollment as ec
 from sagas.contracts.orders import OrderPlaced, OrderStatusChanged
-from sagas.messages import Envelope
+from sagas.messages import Envelope, Message
+from sagas.projections.declare import subtypes
 from sagas.projections.rows import summarize
 from spark_projections import contract, parse, pipeline
-from spark_projections.summary import FORMATS, summary
-from tests.spark import golden, history
+from spark_projections.summary import summary
+from tests.spark import enrollments, golden, history
 from tests.spark.compare import assertDataFrameEqual
 from tests.spark.frames import place, records_frame
 
@@ -62,19 +65,80 @@ def _corpus() -> list[tuple[bytes | None, bytes | None]]:
         (key, placed.replace('"unit_price":"', '"unit_price":"1000000000').encode()),
         (key, placed.replace('"product_id":"', '"product_id":"bad id ').encode()),
     ]
+    # One record past each limit a declared read model's columns set (the native checks
+    # must send them the exact route, where the projector words the reason).
+    fact = next(e for e in events if e.type == "ledger.CapacitySet")
+    fact_text, fact_key = fact.encode().decode(), fact.key.encode()
+    on_hand = f'"on_hand":{fact.payload["on_hand"]}'
+    long_product = "product:" + "p" * 101
+    near_misses += [
+        (fact_key, fact_text.replace(on_hand, '"on_hand":4294967296').encode()),
+        (
+            fact_key,
+            fact_text.replace(on_hand, '"on_hand":2147483647')
+            .replace(f'"reserved":{fact.payload["reserved"]}', '"reserved":-1')
+            .encode(),
+        ),
+        (long_product.encode(), fact_text.replace(fact.key, long_product).encode()),
+        (key, placed.replace('"customer_id":"', '"customer_id":"' + "c" * 100).encode()),
+        (key, placed.replace('"total":"', '"total":"999999999999').encode()),
+    ]
     return [
         *_golden_raws(),
         *history.encoded(events),
         *history.malformed(sample),
         *history.lax_order(),
         *near_misses,
+        *_enrollment_near_misses(),
+        *enrollments.lax_course(),
+    ]
+
+
+def _enrollment_near_misses() -> list[tuple[bytes | None, bytes | None]]:
+    """Lists of strings and of models, and a field name two types type differently
+    (``waitlist``), written just off what pydantic accepts or writes back."""
+    by_type: dict[str, Envelope] = {}
+    for event in golden.golden_events():
+        by_type.setdefault(event.type, event)  # the plain sample of each type
+    course = by_type[ec.CourseSet.TYPE]
+    text, key = course.encode().decode(), course.key.encode()
+    entry = '{"enrollment_id":"enrollment_id-1","student_id":"student_id-1","position":3}'
+    assert entry in text and '"enrolled":["enrolled-1"]' in text
+    misses = [
+        text.replace('"position":3', '"position":0'),
+        text.replace('"position":3', '"position":3.0'),
+        text.replace('"enrollment_id":"enrollment_id-1"', '"enrollment_id":"bad id"'),
+        text.replace(entry, entry[:-1] + ',"extra":1}'),
+        text.replace(entry, '{"student_id":"student_id-1","enrollment_id":"e-1","position":3}'),
+        text.replace(entry, entry + ",null"),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":["enrolled-1",null]'),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":[1]'),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":"enrolled-1"'),
+        text.replace('"enrolled":["enrolled-1"]', '"enrolled":[ "enrolled-1"]'),
+        text.replace('"waitlist":[', '"waitlist":true,"w":['),
+        text.replace(entry, ""),
+    ]
+    requested = by_type[ec.EnrollmentRequested.TYPE]
+    r_text = requested.encode().decode()
+    assert '"waitlist":true' in r_text
+    r_misses = [
+        r_text.replace('"waitlist":true', '"waitlist":"true"'),
+        r_text.replace('"waitlist":true', '"waitlist":1'),
+        r_text.replace('"waitlist":true', '"waitlist":[]'),
+        r_text.replace('"waitlist":true', '"waitlist":false'),
+    ]
+    return [(key, m.encode()) for m in misses] + [
+        (requested.key.encode(), m.encode()) for m in r_misses
     ]
 
 
 def test_every_domain_event_has_a_native_path() -> None:
-    """Every type the folds or the summaries treat specially is one the processes publish,
-    and each of those has a native contract (the others take the exact route)."""
-    special = {m.TYPE for m in FORMATS} | contract.ledger_fact_types()
+    """Every type the declarations or the summaries treat specially is one the processes
+    publish, and each of those has a native contract (the others take the exact route)."""
+    summarized = {t for t, m in Message.known_types().items() if m.SUMMARY is not None}
+    read = {t for model in READ_MODELS for of in model.event_types() for t in subtypes(of)}
+    statuses = {t for saga in SAGA_TYPES for t in subtypes(saga.statuses.event)}
+    special = summarized | read | statuses
     published = {m.TYPE for m in contract.DOMAIN_EVENTS}
     assert special | {OrderPlaced.TYPE, OrderStatusChanged.TYPE} <= published
     assert set(contract.native_contracts()) == published
@@ -138,3 +202,32 @@ def test_skeletons_match_only_what_envelope_encode_writes() -> None:
         pattern = contract.skeleton(event.type).replace("\\z", "\\Z")  # Python spells it \Z
         assert re.match(pattern, event.encode().decode()), event.type
         assert not re.match(pattern, event.encode().decode() + " "), event.type
+
+
+def test_a_full_roster_is_vouched_for_natively(spark: SparkSession) -> None:
+    """The longest course fact a course writes (every seat taken by the longest ids, the
+    waitlist full): its skeleton must match without overflowing Java's regex stack."""
+    seats = ec.MAX_SEATS
+    fact = golden.sample(
+        ec.SeatHeld,
+        enrolled=tuple(f"s{i:0{ec.MAX_ID - 1}d}" for i in range(seats)),
+        waitlist=tuple(
+            ec.WaitlistEntry(
+                enrollment_id=f"e{i:0{ec.MAX_ENROLLMENT_ID - 1}d}",
+                student_id=f"w{i:0{ec.MAX_ID - 1}d}",
+                position=i + 1,
+            )
+            for i in range(seats)
+        ),
+    )
+    event = Envelope.wrap(
+        fact,
+        message_id="m-full",
+        key="course:full",
+        occurred_at=golden.T0,
+        entity_type="course",
+        sequence=1,
+    )
+    raws = [(event.key.encode(), event.encode())]
+    verdicts = records_frame(spark, place(raws)).transform(parse.with_verdict)
+    assert [r["fast"] for r in verdicts.select("fast").collect()] == [True]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -115,13 +115,15 @@ class Bus:
     """Delivers outbound messages to the process listening on their channel, in order.
 
     Every envelope and record goes through its wire format, as it would through Kafka and
-    the state table. Channels in ``paused`` keep their messages until :meth:`resume`.
+    the state table. Channels in ``paused``, and messages ``hold`` picks, are kept until
+    :meth:`resume`.
     """
 
     processes: dict[str, Process[Any]]
     records: dict[tuple[str, str], Record[Any]] = field(default_factory=dict)
     published: list[Envelope] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)
+    hold: Callable[[Outbound], bool] | None = None
     _queue: deque[Outbound] = field(default_factory=deque)
     _held: list[Outbound] = field(default_factory=list)
 
@@ -139,7 +141,7 @@ class Bus:
             env = Envelope.decode(out.envelope.encode())
             if out.channel == EVENTS_CHANNEL:
                 self.published.append(env)
-            elif out.channel in self.paused:
+            elif out.channel in self.paused or (self.hold is not None and self.hold(out)):
                 self._held.append(out)
             else:
                 self._deliver(out.channel, env, now)

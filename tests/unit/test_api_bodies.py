@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ from runtime.settings import Settings
 from services.api.app import create_api
 from services.api.body import MAX_DEPTH, BodyLimit, NotJson, parse_json
 from services.api.requests import LineRequest, OrderRequest, StockRequest
+from services.keys import ensure_local_key
 
 pytestmark = pytest.mark.unit
 
@@ -140,10 +142,15 @@ async def test_a_stream_under_the_limit_passes_whole() -> None:
 
 
 @pytest.fixture
-async def http() -> Any:
-    app = create_api(Settings(api_max_body_bytes=1000))
+async def http(tmp_path: Path) -> Any:
+    keys = tmp_path / "api-keys"
+    key = ensure_local_key(tmp_path / "key", keys)
+    app = create_api(Settings(api_max_body_bytes=1000, api_keys_file=keys))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://api", headers=headers
+    ) as client:
         yield client
 
 

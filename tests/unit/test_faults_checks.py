@@ -10,7 +10,7 @@ import pytest
 
 from faults.checks import Observed, ReadModels, Violation, check_all
 from faults.history import History
-from faults.load import Attempt
+from faults.load import Attempt, EnrollAttempt
 from faults.poison import POISON_CHANNELS, POISON_KINDS, PoisonRecord, build
 from faults.topics import Raw
 from sagas.contracts import ledger as lc
@@ -174,3 +174,104 @@ def test_a_capacity_fact_carries_totals() -> None:
     # type must carry them.
     for fact in (lc.Reserved, lc.Confirmed, lc.Released, lc.CapacitySet):
         assert {"on_hand", "reserved"} <= set(fact.model_fields)
+
+
+# --- enrollments --------------------------------------------------------------------------
+
+
+def _enrolling(events: list[Envelope] | None = None) -> Observed:
+    """A run whose event topic holds the golden orders and the enrollment story, the story's
+    enrollments accepted, its read models equal to the fold."""
+    from sagas.catalog import READ_MODELS, model_for
+    from sagas.projections.entity import fold_entity
+    from tests.unit.test_enrollment_read_models import story
+
+    told = story() if events is None else events
+    observed = _observed(golden_events() + told)
+    history = observed.history
+    tables: dict[str, dict[str, object]] = {m.name: {} for m in READ_MODELS[2:]}
+    for key in history.by_entity:
+        model = model_for(key.split(":", 1)[0])
+        if model is not None and model.name in tables:
+            row = fold_entity(model.entity_type, None, history.contiguous(key)).row
+            tables[model.name][key.split(":", 1)[1]] = row
+    observed.read_models.tables = tables
+    for key in history.entities("enrollment"):
+        enrollment = key.split(":", 1)[1]
+        first = history.stream(key)[0].payload
+        attempt = EnrollAttempt(enrollment, first["student_id"], first["course_id"], "k", True)
+        attempt.accepted = True
+        observed.enrollments.append(attempt)
+        observed.api_enrollments[enrollment] = {"status": history.saga_status(key)}
+    return observed
+
+
+def test_a_clean_enrollment_story_has_no_violation() -> None:
+    observed = _enrolling()
+    assert len(observed.enrollments) == 5 and len(observed.read_models.tables) == 3
+    assert check_all(observed) == []
+
+
+def test_an_accepted_enrollment_never_seen_is_not_settled() -> None:
+    observed = _enrolling()
+    lost = EnrollAttempt("lost", "s1", "alg", "k-lost", True, accepted=True)
+    observed.enrollments.append(lost)
+    assert _kinds(check_all(observed)) == {"accepted-enrollment-not-settled"}
+
+
+def test_an_api_status_other_than_the_topic_s_is_reported() -> None:
+    observed = _enrolling()
+    observed.api_enrollments["e0"] = {"status": "ENROLLED"}
+    assert _kinds(check_all(observed)) == {"api-disagrees-with-events"}
+
+
+def test_a_course_fact_over_capacity_is_an_overbooking() -> None:
+    from tests.unit.test_enrollment_read_models import story
+
+    events = story()
+    index = next(i for i, e in enumerate(events) if e.type == "course.SeatHeld")
+    held = events[index]
+    events[index] = held.model_copy(update={"payload": held.payload | {"held": 3}})
+    observed = _enrolling(events)
+    observed.read_models.tables = {}  # the roster row differs too: not what this test shows
+    assert _kinds(check_all(observed)) == {"course-overbooked"}
+
+
+def test_an_old_seat_never_released_after_a_transfer_is_two_confirmed_seats() -> None:
+    from tests.unit.test_enrollment_read_models import story
+
+    events = story()
+    index = next(
+        i
+        for i, e in enumerate(events)
+        if e.type == "course.SeatReleased" and e.payload["reservation_id"] == "e1:t0"
+    )
+    release = events[index]
+    events[index] = release.model_copy(
+        update={"payload": release.payload | {"reason": "cancelled"}}
+    )
+    violations = check_all(_enrolling(events))
+    assert _kinds(violations) == {"enrollment-seats"}
+    assert "confirmed seats in ['alg', 'poe']" in violations[0].detail
+
+
+def test_a_roster_row_that_differs_from_the_fold_is_reported() -> None:
+    observed = _enrolling()
+    roster = observed.read_models.tables["course_roster"]
+    roster["alg"] = roster["alg"].model_copy(update={"held": 1})  # type: ignore[attr-defined]
+    assert _kinds(check_all(observed)) == {"read-model-course_roster"}
+
+
+def test_credits_over_the_maximum_and_held_at_rest_are_reported() -> None:
+    from tests.unit.test_enrollment_read_models import story
+
+    events = story()
+    student = max(
+        (i for i, e in enumerate(events) if e.key == "student:s4"),
+        key=lambda i: events[i].sequence or 0,
+    )
+    last = events[student]
+    events[student] = last.model_copy(update={"payload": last.payload | {"credits_held": 7}})
+    observed = _enrolling(events)
+    observed.read_models.tables = {}
+    assert _kinds(check_all(observed)) == {"credits-overdrawn", "credits-held-at-rest"}

@@ -24,6 +24,8 @@ from sagas.ids import external_command_id
 from sagas.messages import Envelope
 from sagas.projections.entity import fold_entity
 from sagas.projections.listing import customer_history, saga_timeline
+from sagas.projections.orders import ORDERS
+from sagas.projections.stock import PRODUCT_STOCK
 from services.api.freshness import Arrived, ReadWatch
 from services.projector.status import projection_status
 from tests.integration.golden import T0, Expected, expected_rows, golden_events, scrambled
@@ -66,8 +68,10 @@ def stored(engine: Engine) -> Expected:
     """The read models as the API reads them, in the shape of :class:`Expected`."""
     with engine.connect() as conn:
         tables = snapshot(engine)
-        orders = {row[0]: queries.get_order(conn, row[0]) for row in tables["orders"]}
-        stock = {row[0]: queries.get_stock(conn, row[0]) for row in tables["product_stock"]}
+        orders = {row[0]: queries.get_row(conn, ORDERS, row[0]) for row in tables["orders"]}
+        stock = {
+            row[0]: queries.get_row(conn, PRODUCT_STOCK, row[0]) for row in tables["product_stock"]
+        }
         sagas = {row[0] for row in tables["saga_timeline"]}
         timeline = {step for saga in sagas for step in queries.saga_timeline(conn, saga)}
     positions = dict(tables["entity_positions"])
@@ -245,7 +249,7 @@ def test_a_gap_holds_later_events_until_it_fills_and_is_reported_meanwhile(engin
     done = apply(engine, [order[0], *order[2:]])
     assert (done.applied, done.held) == (1, len(order) - 2)
     with engine.connect() as conn:
-        assert queries.get_order(conn, "o000").status == "PENDING"  # type: ignore[union-attr]
+        assert queries.get_row(conn, ORDERS, "o000").status == "PENDING"  # type: ignore[union-attr]
         held = queries.held_events(conn)
         assert (held.count, held.oldest_since) == (len(order) - 2, NOW)
         assert queries.held_before(conn, NOW + timedelta(seconds=1)).examples[0] == (
@@ -255,7 +259,7 @@ def test_a_gap_holds_later_events_until_it_fills_and_is_reported_meanwhile(engin
     done = apply(engine, [order[1]])
     assert (done.applied, done.held) == (len(order) - 1, 0)
     with engine.connect() as conn:
-        assert queries.get_order(conn, "o000").status == "CONFIRMED"  # type: ignore[union-attr]
+        assert queries.get_row(conn, ORDERS, "o000").status == "CONFIRMED"  # type: ignore[union-attr]
         assert queries.held_events(conn).count == 0
 
 
@@ -265,7 +269,7 @@ def test_an_unknown_type_is_counted_and_does_not_block_its_entity(engine: Engine
     done = apply(engine, [placed, unknown_event("order:o000", 2), later])
     assert (done.applied, done.unknown["order.Renamed"], done.held) == (2, 1, 0)
     with engine.connect() as conn:
-        assert queries.get_order(conn, "o000").last_sequence == 3  # type: ignore[union-attr]
+        assert queries.get_row(conn, ORDERS, "o000").last_sequence == 3  # type: ignore[union-attr]
         assert queries.counters(conn)["unknown_type"] == 1
 
 
@@ -315,7 +319,7 @@ def test_money_and_times_read_back_equal_to_what_the_fold_made(engine: Engine) -
     placed = events[1].model_copy(update={"occurred_at": elsewhere})
     apply(engine, [events[0], placed, *events[2:]])
     with engine.connect() as conn:
-        order = queries.get_order(conn, "o000")
+        order = queries.get_row(conn, ORDERS, "o000")
     assert order is not None and order.total == Decimal("9.95")
     assert order.created_at == placed.occurred_at and order.created_at.tzinfo is not None
 
@@ -328,12 +332,12 @@ class Switchboard:
 
     def __init__(self) -> None:
         self.receipts: set[str] = set()
-        self.final: set[str] = set()
+        self.settled: set[str] = set()
         self.asked = 0
 
     def __call__(self, tokens: frozenset[str], orders: frozenset[str]) -> Arrived:
         self.asked += 1
-        return Arrived(frozenset(tokens & self.receipts), frozenset(orders & self.final))
+        return Arrived(frozenset(tokens & self.receipts), frozenset(orders & self.settled))
 
 
 async def test_a_thousand_waiters_finish_and_leave_no_bookkeeping() -> None:
@@ -343,11 +347,11 @@ async def test_a_thousand_waiters_finish_and_leave_no_bookkeeping() -> None:
     try:
         tokens = [f"cmd-{i:032x}" for i in range(1000)]
         waiters = [asyncio.create_task(watch.receipt(t, timeout=10)) for t in tokens]
-        finals = [asyncio.create_task(watch.final(f"o{i}", timeout=10)) for i in range(10)]
+        finals = [asyncio.create_task(watch.settled(f"o{i}", timeout=10)) for i in range(10)]
         await asyncio.sleep(0.05)
         assert watch.open_slots == 1010
         board.receipts.update(tokens)
-        board.final.update(f"o{i}" for i in range(10))
+        board.settled.update(f"o{i}" for i in range(10))
         assert all(await asyncio.gather(*waiters, *finals))
         assert watch.open_slots == 0
         asked = board.asked
@@ -362,7 +366,7 @@ async def test_waiters_that_time_out_or_are_cancelled_leave_nothing_behind() -> 
     await watch.start()
     try:
         timing_out = [watch.receipt(f"cmd-{i:032x}", timeout=0.05) for i in range(500)]
-        cancelled = [asyncio.create_task(watch.final("o1", timeout=10)) for _ in range(500)]
+        cancelled = [asyncio.create_task(watch.settled("o1", timeout=10)) for _ in range(500)]
         assert not any(await asyncio.gather(*timing_out))
         assert watch.open_slots == 1  # the 500 waiters of o1 share one slot
         for task in cancelled:

@@ -1,0 +1,67 @@
+"""Every read model and every saga type, listed once: the read side iterates over these.
+
+The projector, the Spark rebuild, the API's queries and waits, the analytics and the tests
+take their models and saga statuses from here and from nowhere else. A new domain adds its
+declarations to these tuples (see the README, "Adding a saga and its read models").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.definitions.order_saga import OrderSaga
+from sagas.projections.declare import ReadModel, SagaType
+from sagas.projections.enrollments import ENROLLMENTS
+from sagas.projections.orders import ORDERS
+from sagas.projections.roster import COURSE_ROSTER
+from sagas.projections.stock import PRODUCT_STOCK
+from sagas.projections.students import STUDENT_ENROLLMENTS
+
+ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
+ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
+PROCESS_CHANNELS: tuple[str, ...] = (
+    ORDER_SAGA,
+    INVENTORY,
+    PAYMENT,
+    ENROLLMENT_SAGA,
+    COURSE,
+    STUDENT,
+)
+"""The channel (topic and table) of every saga and participant process; the wiring
+(``sagaline/wiring.py``) gives each process its name from here."""
+
+READ_MODELS: tuple[ReadModel[Any], ...] = (
+    ORDERS,
+    PRODUCT_STOCK,
+    ENROLLMENTS,
+    COURSE_ROSTER,
+    STUDENT_ENROLLMENTS,
+)
+
+SAGA_TYPES: tuple[SagaType, ...] = (
+    SagaType(entity_type="order", statuses=OrderSaga.STATUSES, model=ORDERS),
+    SagaType(entity_type="enrollment", statuses=EnrollmentSaga.STATUSES, model=ENROLLMENTS),
+)
+
+_BY_ENTITY = {m.entity_type: m for m in READ_MODELS}
+assert len(_BY_ENTITY) == len(READ_MODELS), "one read model per entity type"
+assert len({m.name for m in READ_MODELS}) == len(READ_MODELS), "read model names are unique"
+
+
+def model_for(entity_type: str) -> ReadModel[Any] | None:
+    """The read model folding the events of ``entity_type`` (None: the type has no row of
+    its own; its events still feed saga timelines)."""
+    return _BY_ENTITY.get(entity_type)
+
+
+def saga_type_of(entity_type: str) -> SagaType | None:
+    return next((s for s in SAGA_TYPES if s.entity_type == entity_type), None)
+
+
+def saga_type(entity_type: str) -> SagaType:
+    """The declared saga type of ``entity_type``; a KeyError names the missing declaration."""
+    if (found := saga_type_of(entity_type)) is None:
+        raise KeyError(f"no saga type for entity type {entity_type!r} in sagas.catalog")
+    return found

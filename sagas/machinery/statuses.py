@@ -1,0 +1,36 @@
+"""What a saga definition declares about its statuses, for everything that reads them
+(the timeline, ``/sagas/{id}``, ``?wait``, the daily analytics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sagas.messages import Message
+
+
+@dataclass(frozen=True)
+class SagaStatuses:
+    """What a saga definition declares about its statuses: the event that announces a new
+    one (a payload with ``status`` and ``reason``), every status, the final ones (no step
+    follows them) and the settled ones (a client waiting for an outcome stops there).
+
+    Settled is final unless said otherwise. A saga whose instances rest in a status that a
+    later command continues (an enrollment that is ``ENROLLED`` until it is dropped or
+    transferred) lists those statuses as settled but not final.
+    """
+
+    event: type[Message]
+    statuses: tuple[str, ...]
+    final: frozenset[str]
+    settled: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.final <= set(self.statuses):
+            raise ValueError(f"final statuses {sorted(self.final - set(self.statuses))} unknown")
+        if not self.settled:
+            object.__setattr__(self, "settled", self.final)
+        if not self.final <= self.settled <= set(self.statuses):
+            raise ValueError("settled statuses must include the final ones and be known")
+        for name in ("status", "reason"):
+            if name not in self.event.model_fields:
+                raise ValueError(f"{self.event.__name__} has no {name!r} field")

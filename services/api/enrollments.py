@@ -1,0 +1,216 @@
+"""Course enrollment: courses, students and enrollments, their commands and their reads.
+
+Commands go to the processes' channels (``sagas.catalog``): a course's and a student's
+settings to the participant keyed by that id, everything about an enrollment to the
+enrollment saga keyed by the enrollment id. Reads go through the read-model declarations,
+like orders (``services.api.queries``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query
+from sqlalchemy import Connection
+
+from readside import queries
+from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT, saga_type
+from sagas.contracts import enrollment as e
+from sagas.ids import external_command_id
+from sagas.messages import Message
+from sagas.projections.enrollments import ENROLLMENTS, EnrollmentRow
+from sagas.projections.roster import COURSE_ROSTER
+from sagas.projections.students import STUDENT_ENROLLMENTS, StudentRow
+from services.api.body import StrictJsonRoute
+from services.api.commands import command_id, dispatch, new_entity_id
+from services.api.deps import BusDep
+from services.api.enrollment_models import (
+    CourseAccepted,
+    CourseRequest,
+    DropAccepted,
+    EnrollmentAccepted,
+    EnrollmentPublic,
+    EnrollRequest,
+    RosterPublic,
+    StudentAccepted,
+    StudentEnrollmentsPublic,
+    StudentRequest,
+    TransferAccepted,
+    TransferRequest,
+)
+from services.api.errors import documented
+from services.api.queries import ERRORS, EngineDep, ReadAfterDep, WatchDep, not_found, read_query
+from services.api.requests import ENTITY_ID
+from services.bus import CommandBus
+
+# Commands and queries on separate routers: the API guards each group with its own scope.
+enrollment_commands, course_commands, student_commands, enrollments, courses, students = (
+    APIRouter(prefix=f"/{name}", tags=[name], route_class=StrictJsonRoute)
+    for name in ("enrollments", "courses", "students") * 2
+)
+COMMAND_ROUTERS = (enrollment_commands, course_commands, student_commands)
+QUERY_ROUTERS = (enrollments, courses, students)
+
+_ENROLLMENT_SAGA = saga_type(ENROLLMENTS.entity_type)
+CourseId = Annotated[str, Path(min_length=1, max_length=e.MAX_ID, pattern=ENTITY_ID)]
+StudentId = Annotated[str, Path(min_length=1, max_length=e.MAX_ID, pattern=ENTITY_ID)]
+EnrollmentId = Annotated[str, Path(min_length=1, max_length=e.MAX_ENROLLMENT_ID, pattern=ENTITY_ID)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=200,
+        description="Retries with the same key name the same command, which takes effect once",
+    ),
+]
+COMMAND_ERRORS = documented(400, 404, 415, 503, s404="No route matches (an id with a '/')")
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+@course_commands.put(
+    "/{course_id}", status_code=202, response_model=CourseAccepted, responses=COMMAND_ERRORS
+)
+async def set_course(
+    course_id: CourseId, course: CourseRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
+) -> CourseAccepted:
+    """Create or change a course; a capacity below the seats taken is refused by the course
+    (its roster's event says why)."""
+    message_id = command_id(f"course/{course_id}", idempotency_key)
+    await dispatch(bus, COURSE, course.command(), key=course_id, message_id=message_id)
+    return CourseAccepted(course_id=course_id, consistency_token=message_id)
+
+
+@student_commands.put(
+    "/{student_id}", status_code=202, response_model=StudentAccepted, responses=COMMAND_ERRORS
+)
+async def set_student(
+    student_id: StudentId,
+    student: StudentRequest,
+    bus: BusDep,
+    idempotency_key: IdempotencyKey = None,
+) -> StudentAccepted:
+    """Create or change a student; ``max_credits`` below the credits taken is refused."""
+    message_id = command_id(f"student/{student_id}", idempotency_key)
+    await dispatch(bus, STUDENT, student.command(), key=student_id, message_id=message_id)
+    return StudentAccepted(student_id=student_id, consistency_token=message_id)
+
+
+@enrollment_commands.post(
+    "", status_code=202, response_model=EnrollmentAccepted, responses=documented(400, 415, 503)
+)
+async def enroll(
+    request: EnrollRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
+) -> EnrollmentAccepted:
+    """Ask to enroll a student in a course: a seat, or a place on its waitlist."""
+    enrollment_id = new_entity_id(f"enrollment/{request.student_id}", idempotency_key)
+    message_id = external_command_id(enrollment_id, "enroll")
+    await dispatch(
+        bus,
+        ENROLLMENT_SAGA,
+        request.command(),
+        key=enrollment_id,
+        saga_id=enrollment_id,
+        message_id=message_id,
+    )
+    return EnrollmentAccepted(enrollment_id=enrollment_id, consistency_token=message_id)
+
+
+@enrollment_commands.delete(
+    "/{enrollment_id}", status_code=202, response_model=DropAccepted, responses=COMMAND_ERRORS
+)
+async def drop(
+    enrollment_id: EnrollmentId, bus: BusDep, idempotency_key: IdempotencyKey = None
+) -> DropAccepted:
+    """Drop the course (from ENROLLED, WAITLISTED or under way); a drop the enrollment
+    cannot take (it ended already) changes nothing and its timeline says why."""
+    message_id = command_id(f"drop/{enrollment_id}", idempotency_key)
+    await _to_saga(bus, enrollment_id, e.Drop(), message_id)
+    return DropAccepted(enrollment_id=enrollment_id, consistency_token=message_id)
+
+
+@enrollment_commands.post(
+    "/{enrollment_id}/transfer",
+    status_code=202,
+    response_model=TransferAccepted,
+    responses=COMMAND_ERRORS,
+)
+async def transfer(
+    enrollment_id: EnrollmentId,
+    request: TransferRequest,
+    bus: BusDep,
+    idempotency_key: IdempotencyKey = None,
+) -> TransferAccepted:
+    """Move an ENROLLED enrollment to another course; it keeps its seat until the new one
+    is confirmed, and stays where it is (with a reason) when the move fails."""
+    message_id = command_id(f"transfer/{enrollment_id}", idempotency_key)
+    await _to_saga(bus, enrollment_id, request.command(), message_id)
+    return TransferAccepted(
+        enrollment_id=enrollment_id, course_id=request.course_id, consistency_token=message_id
+    )
+
+
+async def _to_saga(bus: CommandBus, enrollment_id: str, message: Message, message_id: str) -> None:
+    await dispatch(
+        bus,
+        ENROLLMENT_SAGA,
+        message,
+        key=enrollment_id,
+        saga_id=enrollment_id,
+        message_id=message_id,
+    )
+
+
+# --- queries -----------------------------------------------------------------------------
+
+
+@enrollments.get("/{enrollment_id}", response_model=EnrollmentPublic, responses=ERRORS)
+async def get_enrollment(
+    enrollment_id: EnrollmentId, engine: EngineDep, watch: WatchDep, after: ReadAfterDep
+) -> EnrollmentPublic:
+    """An enrollment as projected. With ``?wait=`` it first waits until its status is settled
+    (not PENDING or TRANSFERRING). After a drop or a transfer the row still shows the old
+    settled status until that command is projected: pass the command's consistency token."""
+    await after.applied()
+    if after.wait_given:
+        await watch.settled(_ENROLLMENT_SAGA.key(enrollment_id), after.remaining())
+    row = await read_query(engine, queries.get_row, ENROLLMENTS, enrollment_id)
+    if row is None:
+        raise not_found(f"enrollment {enrollment_id!r}")
+    return EnrollmentPublic.of(row)
+
+
+@courses.get("/{course_id}/roster", response_model=RosterPublic, responses=ERRORS)
+async def get_roster(course_id: CourseId, engine: EngineDep, after: ReadAfterDep) -> RosterPublic:
+    """A course: who is enrolled, how many seats are held, its waitlist in position order."""
+    await after.applied()
+    row = await read_query(engine, queries.get_row, COURSE_ROSTER, course_id)
+    if row is None:
+        raise not_found(f"course {course_id!r}")
+    return RosterPublic.of(row)
+
+
+@students.get(
+    "/{student_id}/enrollments", response_model=StudentEnrollmentsPublic, responses=ERRORS
+)
+async def student_enrollments(
+    student_id: StudentId,
+    engine: EngineDep,
+    after: ReadAfterDep,
+    limit: Annotated[int, Query(ge=1, le=e.MAX_STUDENT_ENROLLMENTS, description="How many")] = 100,
+) -> StudentEnrollmentsPublic:
+    """A student's credits and enrollments (every status, newest first)."""
+    await after.applied()
+    row, rows = await read_query(engine, _student_and_enrollments, student_id, limit)
+    if row is None:
+        raise not_found(f"student {student_id!r}")
+    return StudentEnrollmentsPublic.of(row, rows)
+
+
+def _student_and_enrollments(
+    conn: Connection, student_id: str, limit: int
+) -> tuple[StudentRow | None, list[EnrollmentRow]]:
+    student = queries.get_row(conn, STUDENT_ENROLLMENTS, student_id)
+    rows = queries.rows_where(conn, ENROLLMENTS, "student_id", student_id, "created_at", limit)
+    return student, rows

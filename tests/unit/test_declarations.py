@@ -1,0 +1,193 @@
+"""The read-model and saga-status declarations: what they refuse, what they promise, and
+the lint check that keeps every component reading them instead of naming a model."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from readside import schema
+from sagas.catalog import READ_MODELS, SAGA_TYPES, model_for, saga_type
+from sagas.contracts import orders, payment
+from sagas.machinery.statuses import SagaStatuses
+from sagas.messages import Envelope, Message, Summary
+from sagas.projections.declare import (
+    Column,
+    EntityId,
+    Integer,
+    LatestSequence,
+    ReadModel,
+    SagaType,
+    Text,
+)
+from sagas.projections.orders import ORDERS
+from scripts.check_declarations import ROOT, SCANNED, SCANNED_TESTS, check, findings_in
+from tests.spark.golden import sample
+
+pytestmark = pytest.mark.unit
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _event(message: Message, key: str, sequence: int) -> Envelope:
+    return Envelope.wrap(
+        message,
+        message_id=f"{key}#{sequence}",
+        key=key,
+        occurred_at=T0,
+        entity_type=key.split(":", 1)[0],
+        sequence=sequence,
+    )
+
+
+# --- the declarations ------------------------------------------------------------------
+
+
+class Tiny(BaseModel):
+    tiny_id: str
+    n: int
+
+
+def test_a_declaration_must_list_its_row_fields_in_order_and_name_a_key_column() -> None:
+    cols = (Column("tiny_id", Text(10), EntityId()), Column("n", Integer(), LatestSequence()))
+    kw: dict[str, Any] = {"entity_type": "tiny", "row_type": Tiny, "fold": lambda r, e: r}
+    ReadModel(name="tiny", key="tiny_id", starts=Message, columns=cols, **kw)
+    with pytest.raises(ValueError, match="must be the fields of Tiny"):
+        ReadModel(name="tiny", key="tiny_id", starts=Message, columns=cols[::-1], **kw)
+    with pytest.raises(ValueError, match="key 'id' is not a column"):
+        ReadModel(name="tiny", key="id", starts=Message, columns=cols, **kw)
+
+
+def test_saga_statuses_must_know_their_final_ones_and_their_event_must_say_why() -> None:
+    with pytest.raises(ValueError, match=r"final statuses \['DONE'\] unknown"):
+        SagaStatuses(orders.OrderStatusChanged, ("PENDING",), frozenset({"DONE"}))
+    with pytest.raises(ValueError, match="has no 'status' field"):
+        SagaStatuses(payment.Captured, ("X",), frozenset({"X"}))
+    order_saga = saga_type("order")
+    with pytest.raises(ValueError, match="folds another"):
+        SagaType("product", order_saga.statuses, ORDERS)
+
+
+def test_every_model_has_its_table_and_every_saga_type_a_model_of_its_own_entities() -> None:
+    assert list(schema.MODEL_TABLES) == [m.name for m in READ_MODELS]
+    for model in READ_MODELS:
+        table = schema.table_of(model)
+        assert [c.name for c in table.c] == [c.name for c in model.columns]
+        assert [c.name for c in table.primary_key] == [model.key]
+        assert model_for(model.entity_type) is model
+    for saga in SAGA_TYPES:
+        assert saga.model.entity_type == saga.entity_type
+        assert saga.statuses.final < set(saga.statuses.statuses)
+    with pytest.raises(KeyError, match="no saga type for entity type 'payment'"):
+        saga_type("payment")
+
+
+@pytest.mark.parametrize("model", READ_MODELS, ids=lambda m: m.name)
+def test_a_fold_reads_only_the_event_types_its_declaration_names(model: ReadModel[Any]) -> None:
+    """An event of any other type moves at most the columns that follow every event's
+    sequence: the declaration's list is what the native twin and the limits rely on."""
+    start_type = next(m for m in Message.known_types().values() if issubclass(m, model.starts))
+    key = f"{model.entity_type}:e-1"
+    row = model.fold(None, _event(sample(start_type), key, 1))
+    assert row is not None, f"{model.name}: its start event {start_type.TYPE} makes no row"
+    follows_sequence = {c.name for c in model.columns if c.value == LatestSequence()}
+    read = tuple(model.event_types())
+    for other in Message.known_types().values():
+        if issubclass(other, read):
+            continue
+        after = model.fold(row, _event(sample(other), key, 2))
+        assert after is not None, f"{model.name}: {other.TYPE} deleted the row"
+        changed = {n for n in type(row).model_fields if getattr(after, n) != getattr(row, n)}
+        assert changed <= follows_sequence, f"{model.name}: {other.TYPE} changed {changed}"
+
+
+# --- summaries on the contracts --------------------------------------------------------
+
+
+def test_a_summary_renders_fields_counts_and_its_variant() -> None:
+    placed = orders.OrderPlaced(
+        customer_id="c-1",
+        lines=(orders.OrderLine(product_id="p", quantity=1, unit_price=Decimal("2.50")),),
+        payment_method="card",
+        total=Decimal("2.50"),
+    )
+    assert orders.OrderPlaced.SUMMARY is not None
+    assert orders.OrderPlaced.SUMMARY.render(placed) == (
+        "order placed by c-1: 1 line(s), total 2.50"
+    )
+    voided = payment.Voided.SUMMARY
+    assert voided is not None
+    assert voided.render(payment.Voided(amount=Decimal("7"), refunded=False)) == (
+        "payment of 7 voided"
+    )
+    assert voided.render(payment.Voided(amount=Decimal("7"), refunded=True)) == (
+        "payment of 7 refunded"
+    )
+
+
+def test_a_summary_naming_a_field_its_contract_lacks_is_refused_at_import() -> None:
+    with pytest.raises(TypeError, match=r"SUMMARY names unknown fields \['amount'\]"):
+
+        class Broken(Message):
+            SUMMARY = Summary("paid {amount}")
+            reason: str
+
+    with pytest.raises(ValueError, match="go together"):
+        Summary("x", when="reason")
+
+
+# --- the lint check --------------------------------------------------------------------
+
+WRONG = """
+from sagas.projections.orders import apply_order
+from pyspark.sql import functions as F
+from sagas.contracts.orders import OrderPlaced
+
+def fold(entity_type, row, event):
+    if entity_type == "order":
+        return apply_order(row, event)
+    if event.entity_type in ("product", "course"):
+        return None
+    if event.key.split(":")[0] == "orders":
+        return None
+    return F.col("type") == OrderPlaced.TYPE
+"""
+
+GENERIC = """
+from sagas.catalog import model_for
+
+def fold(entity_type, row, event, types):
+    model = model_for(entity_type)
+    same = model.entity_type == entity_type
+    return [F.col("type") == m.TYPE for m in types], model.fold(row, event), same
+"""
+
+
+def test_the_lint_check_finds_every_kind_of_dispatch_on_a_particular_model() -> None:
+    found = findings_in(Path("spark_projections/x.py"), WRONG, "spark_projections.x")
+    assert [(f.line, f.what) for f in found] == [
+        (2, "imports the fold apply_order of sagas.projections.orders"),
+        (7, "entity_type compared with a constant"),
+        (9, "entity_type compared with a constant"),
+        (11, "dispatch on declared name(s) ['orders']"),
+        (13, "dispatch on a message type's TYPE"),
+    ]
+    assert findings_in(Path("readside/x.py"), GENERIC, "readside.x") == []
+
+
+def test_an_assertion_about_what_a_route_answered_is_no_dispatch() -> None:
+    source = 'def test(body):\n    assert body["saga_type"] == "order"\n'
+    assert findings_in(Path("tests/integration/x.py"), source, "tests.integration.x") == []
+
+
+def test_the_declaring_module_may_name_its_own_fold() -> None:
+    source = "from sagas.projections.orders import apply_order\n"
+    assert findings_in(Path("x.py"), source, "sagas.projections.orders") == []
+
+
+def test_the_repository_passes_the_lint_check() -> None:
+    assert [str(f) for f in check([ROOT / p for p in (*SCANNED, *SCANNED_TESTS)])] == []
