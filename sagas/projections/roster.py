@@ -37,7 +37,7 @@ apply_roster = latest_fact_fold(RosterRow, e.CourseFact)
 """A course's row is its latest course fact (every one carries the roster after it)."""
 
 
-_FACT = e.CourseFact  # every course fact carries the roster after it
+_FACT = e.CourseFact
 
 COURSE_ROSTER: ReadModel[RosterRow] = ReadModel(
     name="course_roster",

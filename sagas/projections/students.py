@@ -36,7 +36,7 @@ apply_student = latest_fact_fold(StudentRow, e.StudentFact)
 """A student's row is its latest student fact (every one carries the student after it)."""
 
 
-_FACT = e.StudentFact  # every student fact carries the student after it
+_FACT = e.StudentFact
 
 STUDENT_ENROLLMENTS: ReadModel[StudentRow] = ReadModel(
     name="student_enrollments",
