@@ -37,7 +37,7 @@ apply_stock = latest_fact_fold(
 """A product's row is its latest ledger fact (every one carries the totals after it)."""
 
 
-_FACT = ledger.LedgerFact  # every ledger fact carries the totals after it
+_FACT = ledger.LedgerFact
 
 PRODUCT_STOCK: ReadModel[StockRow] = ReadModel(
     name="product_stock",
