@@ -5,14 +5,19 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from services.worker.prometheus import WorkerPrometheus
+
 
 @dataclass
 class Metrics:
     counts: Counter[str] = field(default_factory=Counter)
     seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    prom: WorkerPrometheus = field(default_factory=WorkerPrometheus)
+    """The same counts and more, for Prometheus (served at /metrics)."""
 
     def inc(self, process: str, what: str, n: int = 1) -> None:
         self.counts[f"{process}.{what}"] += n
+        self.prom.count(process, what, n)
 
     def add_time(self, process: str, what: str, seconds: float) -> None:
         """Time spent in one stage of batch handling (decide, publish, store)."""

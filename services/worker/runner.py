@@ -155,6 +155,7 @@ class ProcessRunner:
         dead: list[DeadLetter] = []
         now = self.clock()
         started = time.perf_counter()
+        applied: list[_Decided] = []
         for record in plan.admitted(batch):
             result = self._decide(record, fresh, now, dead)
             if result is None or not result.result.changed:
@@ -163,6 +164,7 @@ class ProcessRunner:
             if too_large := self._too_large(encoded):
                 dead.append(self._letter(record, too_large))
                 continue
+            applied.append(result)
             fresh[result.record_key] = result.result.record
             partitions[result.record_key] = record.partition
             outbound.extend(encoded)
@@ -174,6 +176,15 @@ class ProcessRunner:
         for key, rec in fresh.items():
             self.deadlines.schedule(key, rec.next_deadline())
         self._count_skipped(plan)
+        for done in applied:  # once stored: a failed batch is retried, and counted then
+            self.metrics.prom.observe(
+                self.process.name,
+                self.process.entity_type,
+                done.envelope,
+                done.before,
+                done.result,
+                now,
+            )
         self.positions.commit(plan)
         await self._rewind(plan)
         name = self.process.name
@@ -269,7 +280,7 @@ class ProcessRunner:
             dead.append(self._letter(incoming, f"{type(exc).__name__}: {exc}"))
             return None
         self.metrics.inc(name, "duplicates" if result.duplicate else "processed")
-        return _Decided(key, result)
+        return _Decided(key, result, envelope, current)
 
     def _letter(self, record: Incoming, reason: str) -> DeadLetter:
         return DeadLetter.of(record, reason, self.process.name, self.deadletter_inline_max_bytes)
@@ -316,3 +327,5 @@ class _Encoded:
 class _Decided:
     record_key: str
     result: StepResult
+    envelope: Envelope
+    before: Record[Any] | None
