@@ -229,6 +229,10 @@ class Settings(BaseSettings):
         le=65535,
         description="Port of the projector's Prometheus metrics (`http://<host>:<port>/metrics`); 0: not served",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines as text, or `json`: one JSON object per line with saga_id, message_id, causation_id, topic, partition and offset wherever they are known",
+    )
 
     # --- the nightly Spark rebuild (spark_projections, `sagaline rebuild`) -------------
     spark_master: str = Field(

@@ -22,10 +22,10 @@ LOCAL_KEY = Path(".local/api-key")
 
 
 def _logging() -> None:
-    logging.basicConfig(
-        level=get_settings().log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from runtime.logformat import configure
+
+    settings = get_settings()
+    configure(settings.log_level, settings.log_format)
     # One line per HTTP request would bury the demo's and the components' own output.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -80,6 +80,7 @@ def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
     import sagas.contracts  # noqa: F401
     from runtime.kafka_security import KafkaUnreachable
+    from runtime.logformat import dict_config
     from runtime.topics import TopicMismatch, check_topics
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
@@ -93,7 +94,10 @@ def worker() -> None:
     app, _ = create_app(settings, build_processes(settings))
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
     faust_worker = BoundedWorker(
-        app, grace_s=settings.shutdown_grace_s, loglevel=settings.log_level.lower()
+        app,
+        grace_s=settings.shutdown_grace_s,
+        loglevel=settings.log_level.lower(),
+        logging_config=dict_config(settings.log_level, settings.log_format),
     )
     faust_worker.execute_from_commandline()
 
@@ -106,7 +110,13 @@ def api() -> None:
 
     settings = get_settings()
     _logging()
-    serve(create_api(settings), settings.api_host, settings.api_port, settings.shutdown_grace_s)
+    serve(
+        create_api(settings),
+        settings.api_host,
+        settings.api_port,
+        settings.shutdown_grace_s,
+        own_logging=settings.log_format == "json",
+    )
 
 
 @main.command()

@@ -34,6 +34,7 @@ from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from runtime.kafka_security import aiokafka_options, unreachable
+from runtime.logformat import log_context
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
@@ -250,13 +251,14 @@ class Projector:
         self, record: ConsumerRecord, reason: str, malformed: bool = True
     ) -> DeadLetter:
         if malformed:
-            log.warning(
-                "dead-lettering %s[%d]@%d: %s",
-                record.topic,
-                record.partition,
-                record.offset,
-                reason,
-            )
+            with log_context(topic=record.topic, partition=record.partition, offset=record.offset):
+                log.warning(
+                    "dead-lettering %s[%d]@%d: %s",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    reason,
+                )
         return DeadLetter.of(record, reason, STAGE, self.settings.deadletter_inline_max_bytes)
 
     # --- housekeeping ------------------------------------------------------------------

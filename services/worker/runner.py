@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from runtime.logformat import log_context
 from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
 from sagas.machinery.step import StepResult, step
@@ -255,9 +256,31 @@ class ProcessRunner:
         now: datetime,
         dead: list[DeadLetter],
     ) -> _Decided | None:
+        with log_context(
+            topic=incoming.topic, partition=incoming.partition, offset=incoming.offset
+        ) as bound:
+            return self._decide_in_context(incoming, fresh, now, dead, bound)
+
+    def _decide_in_context(
+        self,
+        incoming: Incoming,
+        fresh: dict[str, Record[Any]],
+        now: datetime,
+        dead: list[DeadLetter],
+        bound: dict[str, Any],
+    ) -> _Decided | None:
         name = self.process.name
         try:
             envelope = Envelope.decode(incoming.value)
+            bound.update(
+                (k, v)
+                for k, v in (
+                    ("message_id", envelope.message_id),
+                    ("saga_id", envelope.saga_id),
+                    ("causation_id", envelope.causation_id),
+                )
+                if v is not None
+            )
             key = envelope.key
             # The record's key chose the partition, hence the table partition the state lives
             # in: a record without one, or with another key than its envelope's, would read
