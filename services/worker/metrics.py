@@ -17,7 +17,6 @@ class Metrics:
 
     def inc(self, process: str, what: str, n: int = 1) -> None:
         self.counts[f"{process}.{what}"] += n
-        self.prom.count(process, what, n)
 
     def add_time(self, process: str, what: str, seconds: float) -> None:
         """Time spent in one stage of batch handling (decide, publish, store)."""

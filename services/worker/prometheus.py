@@ -21,13 +21,6 @@ from sagas.machinery.record import Record
 from sagas.machinery.step import EVENTS_CHANNEL, StepResult
 from sagas.messages import Envelope
 
-RECORD_RESULTS = {
-    "processed": "processed",
-    "duplicates": "duplicate",
-    "dead_lettered": "dead_lettered",
-}
-"""The runner's counter names, and the ``result`` label each is served under."""
-
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
 
@@ -81,9 +74,14 @@ class WorkerPrometheus:
             for outcome in sorted(saga.statuses.final):
                 self.sagas_finished.labels(saga.entity_type, outcome)
 
-    def count(self, process: str, what: str, n: int) -> None:
-        """A runner counter; those named in :data:`RECORD_RESULTS` are served."""
-        if (result := RECORD_RESULTS.get(what)) is not None:
+    def count_batch(self, process: str, processed: int, duplicates: int, dead: int) -> None:
+        """What a stored batch did with its records (a record whose decision was too large
+        to send counts as dead-lettered, not processed)."""
+        for result, n in (
+            ("processed", processed),
+            ("duplicate", duplicates),
+            ("dead_lettered", dead),
+        ):
             self.records.labels(process, result).inc(n)
 
     def observe(

@@ -157,8 +157,11 @@ class ProcessRunner:
         now = self.clock()
         started = time.perf_counter()
         applied: list[_Decided] = []
+        duplicates = 0
         for record in plan.admitted(batch):
             result = self._decide(record, fresh, now, dead)
+            if result is not None and not result.result.changed:
+                duplicates += 1
             if result is None or not result.result.changed:
                 continue
             encoded = [self._encode(o) for o in result.result.outbound]
@@ -177,7 +180,10 @@ class ProcessRunner:
         for key, rec in fresh.items():
             self.deadlines.schedule(key, rec.next_deadline())
         self._count_skipped(plan)
-        for done in applied:  # once stored: a failed batch is retried, and counted then
+        # Served once stored: a failed batch is retried, and counted then (the JSON counters
+        # above count at decide time, retries included).
+        self.metrics.prom.count_batch(self.process.name, len(applied), duplicates, len(dead))
+        for done in applied:
             self.metrics.prom.observe(
                 self.process.name,
                 self.process.entity_type,
