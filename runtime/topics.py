@@ -25,6 +25,8 @@ from sagas.catalog import PROCESS_CHANNELS as PROCESS_CHANNELS
 # Logical channels: the saga core names its processes' (sagas.catalog); each maps to one topic.
 EVENTS = "events"
 DEAD_LETTERS = "deadletter"
+REDRIVES = "deadletter-redriven"
+"""Which dead letters were re-driven: one record per letter's source position (compacted)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ def declared_topics(settings: Settings) -> list[TopicSpec]:
     specs.append(
         TopicSpec(settings.topic(DEAD_LETTERS), 1, {"retention.ms": str(30 * 24 * 3600 * 1000)})
     )
+    specs.append(TopicSpec(settings.topic(REDRIVES), 1, {"cleanup.policy": "compact"}))
     # Faust's table changelogs: compacted, one partition per source partition.
     specs.extend(
         TopicSpec(changelog_topic(settings, ch), n, {"cleanup.policy": "compact"})
