@@ -149,6 +149,8 @@ class Bus:
     processes: dict[str, Process[Any]]
     records: dict[tuple[str, str], Record[Any]] = field(default_factory=dict)
     published: list[Envelope] = field(default_factory=list)
+    delivered: list[tuple[str, Envelope]] = field(default_factory=list)
+    """Every (channel, envelope) delivered to a process, in order."""
     paused: set[str] = field(default_factory=set)
     hold: Callable[[Outbound], bool] | None = None
     _queue: deque[Outbound] = field(default_factory=deque)
@@ -193,6 +195,7 @@ class Bus:
         process = self.processes[channel]
         if env.type not in {m.TYPE for m in (*type(process).ACCEPTS, Tick)}:
             raise Undeclared(f"{env.type} delivered to {channel}: not in its ACCEPTS")
+        self.delivered.append((channel, env))
         result = step(process, self.records.get((channel, env.key)), env, now)
         check_declared(process, result.outbound)
         codec = Record.codec(process.state_type)
