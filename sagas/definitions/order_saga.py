@@ -74,6 +74,7 @@ class OrderSaga:
         event=oc.OrderStatusChanged,
         statuses=get_args(oc.OrderStatus),
         final=oc.FINAL_STATUSES,
+        failed=oc.FAILED_STATUSES,
     )
     name: str = "order-saga"
     entity_type: str = "order"
