@@ -217,5 +217,10 @@ def letter_views(letters: list[Letter], done: dict[str, dict[str, Any]]) -> list
     return views
 
 
+def searched_columns() -> list[str]:
+    """The columns a search looks in besides the saga ids (each model's indexed ones)."""
+    return list(dict.fromkeys(i.columns[0] for s in SAGA_TYPES for i in s.model.indexes))
+
+
 def saga_types() -> list[str]:
     return [s.entity_type for s in SAGA_TYPES]

@@ -49,7 +49,9 @@ HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": Chromium then sends "Origin: null" with our own forms, which the
+    # origin check would refuse. Same-origin keeps URLs (ids) from leaving the console.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
 }
@@ -246,8 +248,9 @@ async def search(request: Request) -> Response:
     if not found:
         raise ConsoleError(
             404,
-            f"No saga, {', '.join(data.saga_types())} or other id of theirs is “{text}”. "
-            "Check the id, or wait for the projector to catch up.",
+            f"Nothing found for “{text}”: no {' or '.join(data.saga_types())} has that id, "
+            f"and no saga has it as its {', '.join(data.searched_columns())}. Check the id, "
+            "or wait for the projector to catch up.",
         )
     return render(request, "search.html", who, q=text, found=found)
 
