@@ -94,9 +94,13 @@ def chromium(phone: bool = False) -> Iterator[WebDriver]:
         driver.quit()
 
 
-def shot(driver: WebDriver, name: str) -> None:
-    """A screenshot of the whole page, beyond the viewport."""
+def shot(driver: WebDriver, name: str, whole: bool = True) -> None:
+    """A screenshot of the whole page, beyond the viewport (or of the viewport only, for a
+    page too long to look at)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
+    if not whole:
+        driver.save_screenshot(str(SHOTS / f"{name}.png"))
+        return
     taken = driver.execute_cdp_cmd(  # type: ignore[attr-defined]
         "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
     )
@@ -179,7 +183,7 @@ def browse(settings: Settings, declined: str, redriven: str) -> None:
             return text_of(driver, "#saga-status") == "REJECTED"
 
         until(ended, timeout=90, every=1)
-        shot(driver, "09-saga-redriven")
+        shot(driver, "09-saga-redriven", whole=False)  # 100 lines: 200 steps and more
 
         # A second re-drive is refused unless forced: the page offers only the forced one,
         # and a replayed plain one (the form without force) is refused with a sentence.
