@@ -143,6 +143,14 @@ def browse(settings: Settings, declined: str, redriven: str) -> None:
         until(lambda: "caught up" in text_of(driver, "main"), timeout=60, every=1)
         shot(driver, "03-overview")
 
+        # The keyboard: the first Tab reaches the skip link, which is then visible.
+        driver.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+        skip = driver.switch_to.active_element
+        assert skip.text == "Skip to the content" and skip.is_displayed()
+        shot(driver, "03b-keyboard-skip-link", whole=False)
+        skip.send_keys(Keys.ENTER)
+        assert driver.switch_to.active_element.get_attribute("id") == "main"
+
         # The search box: the declined order, its reason and its compensation.
         search = driver.find_element(By.ID, "q")
         search.send_keys(declined + Keys.ENTER)

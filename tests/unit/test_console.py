@@ -224,6 +224,17 @@ async def test_login_from_another_origin_is_refused(console: Console) -> None:
             headers={"Sec-Fetch-Site": "cross-site"},
         )
         assert cross.status_code == 403
+        opaque = await client.post(
+            "/console/login", data={"api_key": console.key("read")}, headers={"Origin": "null"}
+        )
+        assert opaque.status_code == 403
+        # Behind a proxy that ends TLS, the browser's https origin names our host: accepted.
+        proxied = await client.post(
+            "/console/login",
+            data={"api_key": console.key("read")},
+            headers={"Origin": "https://console.test"},
+        )
+        assert proxied.status_code == 303
 
 
 async def test_a_redrive_needs_the_form_token_the_origin_and_the_admin_scope(

@@ -102,8 +102,10 @@ def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    host = request.headers.get("host", "")
-    return origin in (f"{request.url.scheme}://{host}",)
+    # Host and port only: behind a proxy that ends TLS the API sees http while the browser
+    # says https (the proxy must pass the Host header on, as proxies do by default).
+    _scheme, _, netloc = origin.partition("://")
+    return netloc != "" and netloc == request.headers.get("host")
 
 
 def token_matches(expected: str, sent: str | None) -> bool:
