@@ -201,3 +201,62 @@ def last_rebuild(conn: Connection) -> RebuildRun | None:
         events_read=int(m["events_read"]),
         rows={str(k): int(v) for k, v in json.loads(m["rows"]).items()},
     )
+
+
+_rebuild_failures = table(
+    "rebuild_failures",
+    column("run_id", String(36)),
+    column("started_at", DateTime(timezone=True)),
+    column("failed_at", DateTime(timezone=True)),
+    column("stage", String(40)),
+    column("error", Text()),
+)
+
+
+@dataclass(frozen=True)
+class RebuildFailure:
+    """A rebuild that ended without swapping (migration 0004; the Spark job records it)."""
+
+    run_id: str
+    started_at: datetime
+    failed_at: datetime
+    stage: str
+    error: str
+
+
+def last_rebuild_failure(conn: Connection) -> RebuildFailure | None:
+    t = _rebuild_failures
+    query = select(t).order_by(t.c.failed_at.desc(), t.c.run_id.desc()).limit(1)
+    row = conn.execute(query).first()
+    if row is None:
+        return None
+    m = row._mapping
+    return RebuildFailure(
+        run_id=str(m["run_id"]),
+        started_at=codec.utc(m["started_at"]),
+        failed_at=codec.utc(m["failed_at"]),
+        stage=str(m["stage"]),
+        error=str(m["error"]),
+    )
+
+
+@dataclass(frozen=True)
+class RebuildHistory:
+    """The last swapped rebuild and the last failed one; the later of the two is the last
+    attempt's result."""
+
+    swapped: RebuildRun | None
+    failed: RebuildFailure | None
+
+    @property
+    def last_result(self) -> str | None:
+        """``swapped``, ``failed``, or None when no rebuild is recorded."""
+        if self.failed is None:
+            return None if self.swapped is None else "swapped"
+        if self.swapped is None or self.failed.failed_at > self.swapped.swapped_at:
+            return "failed"
+        return "swapped"
+
+
+def rebuild_history(conn: Connection) -> RebuildHistory:
+    return RebuildHistory(last_rebuild(conn), last_rebuild_failure(conn))

@@ -16,11 +16,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from readside.queries import RebuildRun
+from readside.queries import RebuildHistory
 
 log = logging.getLogger(__name__)
 
 RESULTS = ("applied", "duplicate", "dead_lettered", "unknown_type")
+REBUILD_RESULTS = ("swapped", "failed")
 
 
 class ProjectorPrometheus:
@@ -75,8 +76,22 @@ class ProjectorPrometheus:
             registry=r,
         )
 
-    def show_rebuild(self, run: RebuildRun | None) -> None:
-        """The last swapped rebuild's numbers (zeros and no table while there is none)."""
+        self.rebuild_result = Gauge(
+            "sagaline_rebuild_last_result",
+            "1 for the last rebuild attempt's result (swapped, or failed: see rebuild_failures), "
+            "0 for the other; both 0 while no rebuild is recorded",
+            ["result"],
+            registry=r,
+        )
+        for result in REBUILD_RESULTS:
+            self.rebuild_result.labels(result).set(0)
+
+    def show_rebuild(self, history: RebuildHistory) -> None:
+        """The last swapped rebuild's numbers (zeros and no table while there is none), and
+        whether the last attempt swapped or failed."""
+        for result in REBUILD_RESULTS:
+            self.rebuild_result.labels(result).set(1 if history.last_result == result else 0)
+        run = history.swapped
         self.rebuild_rows.clear()
         if run is None:
             for gauge in (self.rebuild_swapped, self.rebuild_duration, self.rebuild_events):

@@ -296,7 +296,7 @@ class Projector:
 
     def _show_last_rebuild(self) -> None:
         with self.engine.connect() as conn:
-            self.prom.show_rebuild(queries.last_rebuild(conn))
+            self.prom.show_rebuild(queries.rebuild_history(conn))
 
     def _prune_receipts(self) -> None:
         cutoff = datetime.now(UTC) - timedelta(hours=self.settings.receipt_retention_h)

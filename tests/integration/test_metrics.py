@@ -185,6 +185,8 @@ async def _check_last_rebuild(settings: Settings, engine: Engine) -> None:
     url = f"http://127.0.0.1:{settings.projector_metrics_port}/metrics"
     none = await scrape_until(url, lambda s: "sagaline_rebuild_last_events_read" in str(s))
     assert value(none, "sagaline_rebuild_last_swapped_timestamp_seconds") == 0
+    assert value(none, "sagaline_rebuild_last_result", result="swapped") == 0
+    assert value(none, "sagaline_rebuild_last_result", result="failed") == 0
     assert not [k for k in none if k[0] == "sagaline_rebuild_last_rows"]
     runs = [
         ("old", datetime(2026, 1, 1, 3, 30, tzinfo=UTC), datetime(2026, 1, 1, 3, 31, tzinfo=UTC)),
@@ -225,3 +227,28 @@ async def _check_last_rebuild(settings: Settings, engine: Engine) -> None:
     assert value(seen, "sagaline_rebuild_last_rows", table="orders") == 3
     assert value(seen, "sagaline_rebuild_last_rows", table="product_stock") == 1
     assert len([k for k in seen if k[0] == "sagaline_rebuild_last_rows"]) == 2
+    assert value(seen, "sagaline_rebuild_last_result", result="swapped") == 1
+    assert value(seen, "sagaline_rebuild_last_result", result="failed") == 0
+
+    # A later attempt fails (the Spark job writes rebuild_failures): the result says so,
+    # the numbers stay those of the models being served, the last swapped ones.
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO rebuild_failures (run_id, topic, started_at, failed_at, stage, "
+                "error) VALUES ('bad', :topic, :started, :failed, 'offsets', 'TopicMissing')"
+            ),
+            {
+                "topic": settings.topic(EVENTS),
+                "started": datetime(2026, 1, 3, 3, 30, tzinfo=UTC),
+                "failed": datetime(2026, 1, 3, 3, 30, 2, tzinfo=UTC),
+            },
+        )
+    failed = await scrape_until(
+        url,
+        lambda s: s.get(("sagaline_rebuild_last_result", frozenset({("result", "failed")}))) == 1,
+        timeout=30,
+    )
+    assert value(failed, "sagaline_rebuild_last_result", result="failed") == 1
+    assert value(failed, "sagaline_rebuild_last_result", result="swapped") == 0
+    assert value(failed, "sagaline_rebuild_last_swapped_timestamp_seconds") == newest

@@ -413,8 +413,33 @@ async def test_the_overview_shows_lag_and_the_last_rebuild(console: Console) -> 
                 )
             )
         after = (await client.get("/console")).text
+        failures = table(
+            "rebuild_failures",
+            column("run_id", String),
+            column("topic", String),
+            column("started_at", DateTime(timezone=True)),
+            column("failed_at", DateTime(timezone=True)),
+            column("stage", String),
+            column("error", Text),
+        )
+        with console.engine.begin() as conn:
+            conn.execute(
+                insert(failures).values(
+                    run_id="run-2",
+                    topic="sagaline.events",
+                    started_at=T0 + timedelta(hours=1),
+                    failed_at=T0 + timedelta(hours=1, seconds=3),
+                    stage="offsets",
+                    error=f"TopicMissing: {HOSTILE}",
+                )
+            )
+        failed = (await client.get("/console")).text
     assert "42.5 s" in after and "1234" in after and "run-1" in after
     assert '<th scope="row">orders</th><td>7</td>' in after
+    assert "<strong>failed</strong>" not in after
+    assert "<strong>failed</strong> at 2026-11-23 07:00:03.000 UTC" in failed
+    assert "<code>offsets</code>" in failed and "&lt;script&gt;" in failed
+    assert "42.5 s" in failed  # the models are still those of the swapped run
 
 
 async def test_with_auth_off_the_console_is_open(tmp_path: Path) -> None:

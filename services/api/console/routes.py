@@ -232,8 +232,10 @@ async def home(request: Request) -> Response:
         )
     except SQLAlchemyError as exc:
         raise ConsoleError(503, "The read-model database is unavailable; retry later.") from exc
-    rebuild = await _read(request, queries.last_rebuild)
-    return render(request, "home.html", who, projection=status, rebuild=rebuild)
+    history = await _read(request, queries.rebuild_history)
+    return render(
+        request, "home.html", who, projection=status, rebuild=history.swapped, history=history
+    )
 
 
 @router.get("/search", response_class=HTMLResponse)
