@@ -317,6 +317,8 @@ async def test_unknown_ids_and_pages_are_404_pages_and_escaped(console: Console)
             assert response.status_code == 404, path
             assert response.headers["content-type"].startswith("text/html")
             assert "<script>" not in response.text
+        slash = await client.get("/console/")
+        assert slash.status_code == 308 and slash.headers["location"] == "/console"
         escaped = await client.get(f"/console/search?q={HOSTILE}")
         assert "&lt;script&gt;" in escaped.text
 

@@ -410,4 +410,6 @@ async def style() -> Response:
 
 @router.api_route("/{rest:path}", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def unknown(request: Request, rest: str) -> Response:
+    if rest == "":  # /console/ is the overview too
+        return RedirectResponse("/console", status_code=308, headers=HEADERS)
     raise ConsoleError(404, "There is no such console page. The links above lead to every page.")
