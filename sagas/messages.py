@@ -74,11 +74,13 @@ class Summary:
 class Message(BaseModel):
     """A payload contract. Subclasses set ``TYPE`` (e.g. ``"ledger.Reserve"``); a domain
     event also sets ``SUMMARY``, its line in a saga's timeline (without one, the timeline
-    shows the type name)."""
+    shows the type name), and ``COMPENSATION`` when it undoes an earlier step (the console
+    marks those steps)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     TYPE: ClassVar[str] = ""
     SUMMARY: ClassVar[Summary | None] = None
+    COMPENSATION: ClassVar[bool] = False
     _registry: ClassVar[dict[str, type[Message]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -248,7 +248,7 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     ],
                     unit="s",
                     kind="stat",
-                    width=6,
+                    width=4,
                     description="Time since the last rebuild swapped its tables in.",
                 ),
                 _panel(
@@ -268,7 +268,17 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     "Rows it wrote, by table",
                     [("max by (table) (sagaline_rebuild_last_rows)", "{{table}}")],
                     kind="bargauge",
-                    width=6,
+                    width=4,
+                ),
+                _panel(
+                    "Last attempt",
+                    [('max(sagaline_rebuild_last_result{result="failed"})', "failed")],
+                    kind="stat",
+                    width=4,
+                    description=(
+                        "1 when the last rebuild attempt failed without swapping (the"
+                        " rebuild_failures table says at which stage and why), 0 when it swapped."
+                    ),
                 ),
             ],
         ),

@@ -87,6 +87,7 @@ class EnrollmentSaga:
         statuses=get_args(e.EnrollmentStatus),
         final=e.FINAL_STATUSES,
         settled=e.SETTLED_STATUSES,
+        failed=e.FAILED_STATUSES,
     )
     ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
         e.Enroll,

@@ -74,6 +74,7 @@ class OrderSaga:
         event=oc.OrderStatusChanged,
         statuses=get_args(oc.OrderStatus),
         final=oc.FINAL_STATUSES,
+        failed=oc.FAILED_STATUSES,
     )
     ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
         oc.PlaceOrder,
