@@ -256,6 +256,17 @@ class Settings(BaseSettings):
         description="Pause after the staging tables are full, before the swap; only for kill tests (0 in production)",
     )
 
+    # --- change data capture from the legacy school database (issue 10) --------------
+    legacy_database_url: str = Field(
+        "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/legacy",
+        description="SQLAlchemy URL of the legacy school database (schema `school`, deploy/local/legacy/school.sql) whose changes Debezium captures; used by the tests and demos that write legacy rows, never by the correlator (it reads only the Debezium topics)",
+    )
+    cdc_window_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long the CDC correlator waits for the other rows of one legacy action (student, course, link) before it emits the business event: longer merges more rows into one event, and delays every event by as much",
+    )
+
     @model_validator(mode="after")
     def _credentials_are_whole(self) -> Settings:
         """Refuse at start what would only fail at the first connection, and say why."""
