@@ -157,3 +157,12 @@ class CourseUpdated(Message):
     changed: tuple[str, ...]
     created: bool
     tx_ids: tuple[int, ...]
+
+
+class TransactionEnded(Message):
+    """The END record of a source transaction (Debezium's transaction metadata topic): how
+    many change events it produced, so the correlator can close it before its window ends."""
+
+    TYPE = "legacy.TransactionEnded"
+    tx_id: int = Field(ge=0)
+    event_count: int = Field(ge=0, le=1_000_000)
