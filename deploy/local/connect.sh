@@ -144,15 +144,22 @@ show_log_tail() {
   return 0
 }
 
-apply_school_sql() {
+# Checked before anything is started or created: a cluster without logical decoding is
+# left exactly as it was.
+check_wal_level() {
   require_cmd psql "Install the PostgreSQL client (deploy/local/postgres.sh install)."
-  psql -X -q -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 \
-    -f "$SCHOOL_SQL" 2>&1 | grep -v 'already exists, skipping' >&2 || true
   local level
-  level="$(psql -X -At -h "$HOST" -p "$PG_PORT" -U postgres -d legacy -c 'SHOW wal_level')" \
-    || die "database legacy not reachable on ${HOST}:${PG_PORT} after applying ${SCHOOL_SQL#"$SAGALINE_ROOT"/}"
+  level="$(psql -X -At -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -c 'SHOW wal_level')" \
+    || die "no PostgreSQL on ${HOST}:${PG_PORT} (SAGALINE_PG_PORT; deploy/local/postgres.sh start)"
   [[ "$level" == "logical" ]] \
     || die "PostgreSQL on ${HOST}:${PG_PORT} runs with wal_level=${level}; Debezium needs 'logical' (restart it with deploy/local/postgres.sh, which configures it)"
+}
+
+apply_school_sql() {
+  local out
+  out="$(psql -X -q -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+    -f "$SCHOOL_SQL" 2>&1)" || { echo "$out" >&2; die "applying ${SCHOOL_SQL#"$SAGALINE_ROOT"/} failed"; }
+  grep -v 'already exists, skipping' <<<"$out" >&2 || true
   log "legacy database ready on ${HOST}:${PG_PORT} (schema school, publication sagaline_legacy)"
 }
 
@@ -200,6 +207,7 @@ wait_connector_running() {
 
 cmd_start() {
   local pid
+  check_wal_level
   if pid="$(worker_pid)"; then
     log "worker already running (pid $pid) on ${URL}"
   else
