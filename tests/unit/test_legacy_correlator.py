@@ -15,7 +15,7 @@ import pytest
 from sagas.contracts import legacy as lg
 from sagas.contracts.system import Tick
 from sagas.debezium import decode_change, decode_transaction_marker
-from sagas.definitions.legacy_correlator import LegacyCorrelator, correlation_key
+from sagas.definitions.legacy_correlator import LegacyCorrelator, classify, correlation_key
 from sagas.ids import derive_id
 from sagas.machinery.record import Record
 from sagas.machinery.step import EVENTS_CHANNEL, due_keys, step
@@ -267,3 +267,86 @@ def test_event_ids_are_deterministic() -> None:
         return [e.message_id for e in c.emitted]
 
     assert ids() == ids() and len(ids()) == 1
+
+
+# --- classify() on hand-made rows: cases the fixtures do not cover -------------------------
+
+_lsn = itertools.count(1000)
+
+
+def change(
+    table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> lg.RowChanged:
+    model = lg.ROW_MODELS[table]
+    row = after if after is not None else before
+    assert row is not None
+    key = "/".join(str(v) for k, v in row.items() if k in ("id", "student_id", "course_id"))
+    lsn = next(_lsn)
+    return lg.RowChanged(
+        table=table,  # type: ignore[arg-type]
+        op=op,  # type: ignore[arg-type]
+        before=None if before is None else model.model_validate(before),
+        after=None if after is None else model.model_validate(after),
+        tx_id=7,
+        lsn=lsn,
+        ts_ms=1,
+        snapshot=False,
+        position=f"{lsn}/{table}/{op}/{key}",
+    )
+
+
+def test_two_students_enrolled_in_one_transaction_are_two_events() -> None:
+    events = classify(
+        (
+            change("student_course", "c", None, {"student_id": "a", "course_id": "x"}),
+            change("student_course", "c", None, {"student_id": "b", "course_id": "x"}),
+            change("student", "c", None, {"id": "b", "name": "B"}),
+        )
+    )
+    assert [(type(e).__name__, e.student_id, e.student_created) for e in events] == [  # type: ignore[attr-defined]
+        ("StudentEnrolled", "a", False),
+        ("StudentEnrolled", "b", True),
+    ]
+
+
+def test_an_update_that_changes_nothing_yields_nothing() -> None:
+    same = {"id": "s", "name": "S", "email": "s@x", "max_credits": 3}
+    assert classify((change("student", "u", same, same),)) == ()
+
+
+def test_a_link_deleted_and_created_again_in_one_transaction_yields_nothing() -> None:
+    link = {"student_id": "s", "course_id": "c"}
+    assert (
+        classify(
+            (change("student_course", "d", link, None), change("student_course", "c", None, link))
+        )
+        == ()
+    )
+
+
+def test_two_updates_of_one_row_in_one_transaction_are_one_event_with_both_fields() -> None:
+    v0 = {"id": "c", "title": "T", "teacher": "A", "capacity": 1, "credits": 1}
+    v1 = {**v0, "capacity": 2}
+    v2 = {**v1, "teacher": "B"}
+    (event,) = classify((change("course", "u", v0, v1), change("course", "u", v1, v2)))
+    assert isinstance(event, lg.CourseUpdated)
+    assert event.changed == ("teacher", "capacity") and event.course.teacher == "B"
+
+
+def test_a_student_updated_with_an_enrollment_is_carried_by_the_enrollment() -> None:
+    old = {"id": "s", "name": "S", "email": "old@x", "max_credits": 3}
+    new = {**old, "email": "new@x"}
+    (event,) = classify(
+        (
+            change("student", "u", old, new),
+            change("student_course", "c", None, {"student_id": "s", "course_id": "c"}),
+        )
+    )
+    assert isinstance(event, lg.StudentEnrolled)
+    assert event.student is not None and event.student.email == "new@x"
+    assert not event.student_created and not event.course_created and event.course is None
+
+
+def test_a_row_deleted_alone_yields_nothing_yet() -> None:
+    """No business event is defined for a student or course deleted alone (CDC_STATUS.md)."""
+    assert classify((change("student", "d", {"id": "s"}, None),)) == ()
