@@ -191,14 +191,22 @@ print(s["connector"]["state"], *[t["state"] for t in s.get("tasks", [])])' 2>/de
 }
 
 wait_connector_running() {
-  local deadline=$((SECONDS + 60)) states
+  local deadline=$((SECONDS + 60)) states restarted=""
   while (( SECONDS < deadline )); do
     states="$(connector_states)"
     if [[ "$states" == RUNNING\ RUNNING* && "$states" != *FAILED* ]]; then
       log "connector $(connector_name): ${states}"
       return 0
     fi
-    [[ "$states" == *FAILED* ]] && break
+    if [[ "$states" == *FAILED* ]]; then
+      # A task the worker started from the config it had before this registration (an
+      # earlier database port, say) may have failed before the new config reached it:
+      # restart the failed parts once, then believe the next FAILED.
+      [[ -n "$restarted" ]] && break
+      restarted=yes
+      log "connector $(connector_name): ${states}; restarting its failed tasks once"
+      rest POST "/connectors/$(connector_name)/restart?includeTasks=true&onlyFailed=true" "{}" >/dev/null || true
+    fi
     sleep 1
   done
   rest GET "/connectors/$(connector_name)/status" >&2 || true
