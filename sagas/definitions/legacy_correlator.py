@@ -39,7 +39,7 @@ from sagas.contracts.legacy import (
     StudentUpdated,
     TransactionEnded,
 )
-from sagas.machinery.process import Context, Decision
+from sagas.machinery.process import Command, Context, Decision
 from sagas.messages import Message
 
 WINDOW_DEADLINE = "window"
@@ -73,9 +73,18 @@ class LegacyCorrelator:
     entity_type: str = "legacy"
     state_type: type[TransactionState] = TransactionState
 
-    def __init__(self, window: timedelta, snapshot_events: bool = False) -> None:
+    def __init__(
+        self,
+        window: timedelta,
+        snapshot_events: bool = False,
+        domain_channel: str | None = None,
+    ) -> None:
         self.window = window
         self.snapshot_events = snapshot_events
+        self.domain_channel = domain_channel
+        """When set, every business event that names a student is also sent there as a
+        command keyed by the student id (the ``legacy-domain`` process, which drives the
+        enrollment domain from it: SAGALINE_CDC_DRIVES_ENROLLMENT)."""
 
     def initial(self, key: str) -> TransactionState:
         return TransactionState()
@@ -105,10 +114,10 @@ class LegacyCorrelator:
         positions = (*state.positions, change.position)[-MAX_POSITIONS:]
         if change.snapshot:
             events = classify((change,)) if self.snapshot_events else ()
-            return Decision(state.model_copy(update={"positions": positions}), events=events)
+            return self._emit(state.model_copy(update={"positions": positions}), events)
         if state.status == "closed":  # late: after the window or the END record
             late = state.model_copy(update={"positions": positions})
-            return Decision(late, events=classify((change,)))
+            return self._emit(late, classify((change,)))
         opened = state.model_copy(
             update={"rows": (*state.rows, change), "positions": positions, "status": "open"}
         )
@@ -128,9 +137,30 @@ class LegacyCorrelator:
 
     def _close(self, state: TransactionState) -> Decision[TransactionState]:
         closed = state.model_copy(update={"rows": (), "status": "closed"})
-        return Decision(
-            closed, events=classify(state.rows), clear_deadlines=frozenset({WINDOW_DEADLINE})
+        return self._emit(
+            closed, classify(state.rows), clear_deadlines=frozenset({WINDOW_DEADLINE})
         )
+
+    def _emit(
+        self,
+        state: TransactionState,
+        events: tuple[Message, ...],
+        clear_deadlines: frozenset[str] = frozenset(),
+    ) -> Decision[TransactionState]:
+        """Publish ``events``; with a ``domain_channel``, also send each one that names a
+        student there, keyed by the student (one process instance per student orders every
+        legacy action of that student). A student id that cannot be a key (control
+        characters) is not sent: the domain could not take it, and the event stays
+        published."""
+        send: tuple[Command, ...] = ()
+        if self.domain_channel is not None:
+            send = tuple(
+                Command(self.domain_channel, student_id, event)
+                for event in events
+                if isinstance(student_id := getattr(event, "student_id", None), str)
+                and student_id.isprintable()
+            )
+        return Decision(state, send=send, events=events, clear_deadlines=clear_deadlines)
 
 
 def classify(changes: tuple[RowChanged, ...]) -> tuple[Message, ...]:

@@ -350,3 +350,22 @@ def test_a_student_updated_with_an_enrollment_is_carried_by_the_enrollment() -> 
 def test_a_row_deleted_alone_yields_nothing_yet() -> None:
     """No business event is defined for a student or course deleted alone (CDC_STATUS.md)."""
     assert classify((change("student", "d", {"id": "s"}, None),)) == ()
+
+
+def test_with_a_domain_channel_each_event_naming_a_student_is_also_sent_there() -> None:
+    c = Correlator(process=LegacyCorrelator(WINDOW, domain_channel="legacy-domain"))
+    sent: list[tuple[str, str, str]] = []
+    changes = [*rows(True, "enroll_one_transaction"), *rows(True, "course_capacity_updated")]
+    for i, m in enumerate(changes):
+        result = step(c.process, c.records.get(correlation_key(m)), as_envelope(m), at(i * 0.1))
+        c.records[correlation_key(m)] = result.record
+    for key in due_keys(c.records.items(), at(11)):
+        tick = Envelope.wrap(Tick(), message_id=f"tick-{key}", key=key, occurred_at=at(11))
+        result = step(c.process, c.records[key], tick, at(11))
+        sent += [
+            (o.channel, o.envelope.key, o.envelope.type)
+            for o in result.outbound
+            if o.channel != EVENTS_CHANNEL
+        ]
+    # The enrollment goes to the student's instance; a course update names no student.
+    assert sent == [("legacy-domain", "s-jhon", "legacy.StudentEnrolled")]
