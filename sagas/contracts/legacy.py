@@ -166,3 +166,42 @@ class TransactionEnded(Message):
     TYPE = "legacy.TransactionEnded"
     tx_id: int = Field(ge=0)
     event_count: int = Field(ge=0, le=1_000_000)
+
+
+# --- the enrollment domain driven by legacy actions (SAGALINE_CDC_DRIVES_ENROLLMENT) --------
+
+
+class MirrorEnrollment(Message):
+    """Internal command of the ``legacy-domain`` process, from a student's instance to the
+    instance of the enrollment it starts (keyed by that enrollment id): upsert the course
+    and the student from these rows, then start the enrollment saga."""
+
+    TYPE = "legacy.MirrorEnrollment"
+    student_id: LegacyId
+    course_id: LegacyId
+    course: CourseRow | None
+    student: StudentRow | None
+
+
+class EnrollmentMirrored(Message):
+    """A legacy enrollment started an enrollment saga (``enrollment_id``) in the domain."""
+
+    TYPE = "legacy.EnrollmentMirrored"
+    SUMMARY = Summary("legacy: {student_id} in {course_id} mirrored as {enrollment_id}")
+    student_id: LegacyId
+    course_id: LegacyId
+    enrollment_id: LegacyId
+    tx_ids: tuple[int, ...]
+
+
+class NotMirrored(Message):
+    """A legacy action the enrollment domain does not take, and why (an id the domain's
+    pattern refuses, a drop of an enrollment it never mirrored)."""
+
+    TYPE = "legacy.NotMirrored"
+    SUMMARY = Summary("legacy: {action} of {student_id} in {course_id} not mirrored: {reason}")
+    action: Literal["enroll", "drop"]
+    student_id: LegacyId
+    course_id: LegacyId
+    reason: LegacyText
+    tx_ids: tuple[int, ...]
