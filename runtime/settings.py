@@ -266,6 +266,23 @@ class Settings(BaseSettings):
         gt=0,
         description="How long the CDC correlator waits for the other rows of one legacy action (student, course, link) before it emits the business event: longer merges more rows into one event, and delays every event by as much",
     )
+    cdc_enabled: bool = Field(
+        False,
+        description="Run the CDC ingest edge in the worker: read Debezium's legacy topics (SAGALINE_CDC_TOPIC_PREFIX), decode and re-key each change for the correlator; `make run` turns it on. The topics must exist (Kafka Connect creates them: deploy/local/connect.sh start)",
+    )
+    cdc_topic_prefix: str = Field(
+        "legacy",
+        description="Debezium's `topic.prefix`: the worker reads `<prefix>.school.student`, `<prefix>.school.course`, `<prefix>.school.student_course` and `<prefix>.transaction`; set it to read an existing Debezium deployment's topics",
+    )
+    cdc_topic_partitions: int = Field(
+        1,
+        ge=1,
+        description="Partitions of each of the four Debezium topics; the worker refuses to start on a mismatch (the ingest keeps its read positions in a table partitioned like them)",
+    )
+    cdc_drives_enrollment: bool = Field(
+        False,
+        description="A legacy enrollment starts an enrollment saga (after upserting the course's capacity and the student's max credits from their rows) and a legacy drop drops it, so rosters and seat limits see legacy enrollments; `make run` turns it on",
+    )
 
     @model_validator(mode="after")
     def _credentials_are_whole(self) -> Settings:

@@ -53,7 +53,44 @@ def declared_topics(settings: Settings) -> list[TopicSpec]:
         TopicSpec(changelog_topic(settings, ch), n, {"cleanup.policy": "compact"})
         for ch in PROCESS_CHANNELS
     )
+    if settings.cdc_enabled:
+        # The ingest's positions, partitioned like the Debezium topics it reads, so Faust
+        # assigns a Debezium partition and its positions to the same worker.
+        specs.append(
+            TopicSpec(
+                changelog_topic(settings, LEGACY_INGEST),
+                settings.cdc_topic_partitions,
+                {"cleanup.policy": "compact"},
+            )
+        )
     return specs
+
+
+LEGACY_TABLES = ("student", "course", "student_course")
+"""The legacy school tables Debezium captures (``deploy/local/legacy/school.sql``)."""
+LEGACY_INGEST = "legacy-ingest"
+"""The worker's Debezium ingest edge: names its agent and its table of read positions."""
+
+
+def legacy_table_topics(settings: Settings) -> list[str]:
+    """Debezium's change topics of the legacy tables: ``<prefix>.<schema>.<table>``."""
+    return [f"{settings.cdc_topic_prefix}.school.{table}" for table in LEGACY_TABLES]
+
+
+def legacy_transaction_topic(settings: Settings) -> str:
+    """Debezium's transaction metadata topic (``provide.transaction.metadata=true``)."""
+    return f"{settings.cdc_topic_prefix}.transaction"
+
+
+def external_topics(settings: Settings) -> list[TopicSpec]:
+    """Topics Sagaline reads but does not own: Debezium's, created by Kafka Connect (the
+    local worker: ``deploy/local/connect.sh start``; or an existing deployment's). Never
+    created by ``topics create``; checked at the worker's start when CDC is on, since the
+    ingest's positions table is partitioned like them."""
+    if not settings.cdc_enabled:
+        return []
+    names = [*legacy_table_topics(settings), legacy_transaction_topic(settings)]
+    return [TopicSpec(name, settings.cdc_topic_partitions) for name in names]
 
 
 def table_name(channel: str) -> str:
@@ -131,8 +168,9 @@ async def check_topics(settings: Settings, wait_s: float = 10.0) -> None:
 
 async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
     admin = await _started_admin(settings)
+    external = {s.name for s in external_topics(settings)}
     try:
-        specs = declared_topics(settings)
+        specs = [*declared_topics(settings), *external_topics(settings)]
         described = await admin.describe_topics([s.name for s in specs])
     finally:
         await admin.close()
@@ -141,7 +179,12 @@ async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
     missing_only = True
     for spec in specs:
         actual = found.get(spec.name)
-        if actual is None:
+        if actual is None and spec.name in external:
+            problems.append(
+                f"{spec.name}: missing; it is Debezium's, created by Kafka Connect "
+                "(deploy/local/connect.sh start), or check SAGALINE_CDC_TOPIC_PREFIX"
+            )
+        elif actual is None:
             problems.append(f"{spec.name}: missing (run `sagaline topics create`)")
         elif actual != spec.partitions:
             missing_only = False

@@ -7,8 +7,10 @@ from typing import Any
 
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT
-from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
+from sagas.catalog import COURSE, ENROLLMENT_SAGA, LEGACY_CDC, LEGACY_DOMAIN, STUDENT
 from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.definitions.legacy_correlator import LegacyCorrelator
+from sagas.definitions.legacy_domain import LegacyDomain
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
 from sagas.participants.course import CourseSeats
@@ -39,6 +41,16 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         step_timeout=timedelta(seconds=settings.step_timeout_s),
         seat_ttl=timedelta(seconds=settings.reservation_ttl_s),
     )
+    # The correlator and the legacy-domain process always run (idle without CDC input);
+    # only with SAGALINE_CDC_DRIVES_ENROLLMENT does the correlator send them anything.
+    correlator = LegacyCorrelator(
+        window=timedelta(seconds=settings.cdc_window_s),
+        domain_channel=LEGACY_DOMAIN if settings.cdc_drives_enrollment else None,
+    )
+    assert correlator.name == LEGACY_CDC, "the ingest edge sends to the catalog's channel"
+    legacy_domain = LegacyDomain(
+        name=LEGACY_DOMAIN, enrollments=ENROLLMENT_SAGA, courses=COURSE, students=STUDENT
+    )
     return [
         saga,
         inventory,
@@ -46,4 +58,6 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         enrollment,
         CourseSeats(name=COURSE),
         StudentCredits(name=STUDENT),
+        correlator,
+        legacy_domain,
     ]

@@ -21,6 +21,9 @@ from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
 ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
+LEGACY_CDC, LEGACY_DOMAIN = "legacy-cdc", "legacy-domain"
+"""The legacy CDC correlator (fed by the worker's Debezium ingest edge) and the process
+that drives the enrollment domain from its business events (issue 10)."""
 PROCESS_CHANNELS: tuple[str, ...] = (
     ORDER_SAGA,
     INVENTORY,
@@ -28,6 +31,8 @@ PROCESS_CHANNELS: tuple[str, ...] = (
     ENROLLMENT_SAGA,
     COURSE,
     STUDENT,
+    LEGACY_CDC,
+    LEGACY_DOMAIN,
 )
 """The channel (topic and table) of every saga and participant process; the wiring
 (``sagaline/wiring.py``) gives each process its name from here."""

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -23,14 +23,22 @@ from faust.types import TP
 
 from runtime.kafka_security import aiokafka_options, faust_credentials
 from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, table_name
+from runtime.topics import (
+    DEAD_LETTERS,
+    LEGACY_INGEST,
+    legacy_table_topics,
+    legacy_transaction_topic,
+    table_name,
+)
+from sagas.catalog import LEGACY_CDC
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
+from services.worker.ingest import DebeziumIngest
 from services.worker.metrics import Metrics
-from services.worker.positions import POSITION_KEY_PREFIX, position_key
-from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite
+from services.worker.positions import POSITION_KEY_PREFIX, InputPositions, position_key
+from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite, Table
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +159,10 @@ def create_app(
     )
     metrics = metrics or Metrics()
     runners = [_register(app, settings, process, metrics) for process in processes]
-    _resume_from_stored_positions(app, runners, settings.start_without_position)
+    consumers: list[Batched] = [*runners]
+    if settings.cdc_enabled:
+        consumers.append(_register_ingest(app, settings, metrics))
+    _resume_from_stored_positions(app, consumers, settings.start_without_position)
     _register_deadline_timer(app, settings, runners)
     _register_metrics(app, settings, metrics)
     return app, runners
@@ -215,6 +226,64 @@ def _register(
     return runner
 
 
+def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> DebeziumIngest:
+    """The Debezium ingest edge (SAGALINE_CDC_ENABLED): one agent over Debezium's four legacy
+    topics, its read positions in a table partitioned like them (see
+    :mod:`services.worker.ingest`)."""
+    names = [*legacy_table_topics(settings), legacy_transaction_topic(settings)]
+    topic = app.topic(*names, key_type=bytes, value_type=bytes)
+    table = app.Table(
+        table_name(LEGACY_INGEST),
+        partitions=settings.cdc_topic_partitions,
+        key_type=bytes,
+        value_type=bytes,
+        options=_rocksdb_options(settings) if settings.store == "rocksdb" else None,
+    )
+
+    async def send(topic_name: str, key: bytes, value: bytes) -> Any:
+        return await app.producer.send(topic_name, key, value, None, None, None)
+
+    async def send_to(topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
+        return await app.producer.send(topic_name, key, value, partition, None, None)
+
+    async def seek(topic_name: str, partition: int, offset: int) -> None:
+        await app.consumer.seek(TP(topic_name, partition), offset)
+
+    probe = OffsetProbe(settings)
+    app.on_before_shutdown.connect(probe.close_on_signal)
+    ingest = DebeziumIngest(
+        name=LEGACY_INGEST,
+        table_topics=tuple(legacy_table_topics(settings)),
+        transaction_topic=legacy_transaction_topic(settings),
+        correlator_topic=settings.topic(LEGACY_CDC),
+        table=FaustTable(table, send_to),
+        send=send,
+        dead_letter_topic=settings.topic(DEAD_LETTERS),
+        metrics=metrics,
+        seek=seek,
+        first_offset=probe.first_at_or_after,
+        deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
+    )
+    within = settings.batch_within_ms / 1000
+
+    async def agent(stream: Any) -> None:
+        async for events in stream.take_events(settings.batch_size, within):
+            batch = [
+                Incoming(
+                    topic=e.message.topic,
+                    partition=e.message.partition,
+                    offset=e.message.offset,
+                    key=e.key,
+                    value=e.value,
+                )
+                for e in events
+            ]
+            await _handle_until_done(app, ingest, batch)
+
+    app.agent(topic, name=LEGACY_INGEST)(agent)
+    return ingest
+
+
 class OffsetProbe:
     """Asks the broker where records really are, when a seek back over a gap must know
     whether the offsets it misses exist (retention and transaction markers leave holes).
@@ -249,7 +318,23 @@ class OffsetProbe:
             self._consumer = None
 
 
-async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[Incoming]) -> None:
+class Batched(Protocol):
+    """What consumes positioned input in batches: a process runner or an ingest edge."""
+
+    metrics: Metrics
+    table: Table
+    positions: InputPositions
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def input_topics(self) -> tuple[str, ...]: ...
+
+    async def handle_batch(self, batch: Sequence[Incoming]) -> None: ...
+
+
+async def _handle_until_done(app: faust.App, runner: Batched, batch: list[Incoming]) -> None:
     """Retry a failed batch (broker down, send timed out) with capped backoff until it is
     done: Faust acks a batch's events whatever happens, so giving up here would skip them.
     Records of partitions this worker no longer owns are left to their new owner, which
@@ -260,10 +345,10 @@ async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[
             await runner.handle_batch(batch)
             return
         except Exception as exc:
-            runner.metrics.inc(runner.process.name, "batch_retries")
+            runner.metrics.inc(runner.name, "batch_retries")
             log.warning(
                 "%s: a batch of %d record(s) failed (%s: %s); retrying in %.1f s",
-                runner.process.name,
+                runner.name,
                 len(batch),
                 type(exc).__name__,
                 exc,
@@ -276,7 +361,7 @@ async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[
 
 
 def _resume_from_stored_positions(
-    app: faust.App, runners: list[ProcessRunner], without_position: str
+    app: faust.App, runners: Sequence[Batched], without_position: str
 ) -> None:
     """After every assignment Faust seeks each partition to its committed offset, once the
     tables are recovered; then seek the process topics to the positions stored in the
@@ -293,7 +378,7 @@ def _resume_from_stored_positions(
         await seek_to_committed()
         for runner in runners:
             runner.positions.forget()
-        by_topic = {runner.topic: runner for runner in runners}
+        by_topic = {topic: runner for runner in runners for topic in runner.input_topics}
         for tp in consumer.assignment():
             owner = by_topic.get(tp.topic)
             if owner is None:

@@ -137,6 +137,14 @@ class ProcessRunner:
         """The topic this process consumes."""
         return self.topic_for(self.process.name)
 
+    @property
+    def name(self) -> str:
+        return self.process.name
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        return (self.topic,)
+
     def rebuild_deadlines(self, items: Iterable[tuple[str, bytes]], monotonic_now: float) -> None:
         """Re-index the deadlines of every key this worker's table holds."""
         entries = ((k, self._codec.model_validate_json(raw).next_deadline()) for k, raw in items)
