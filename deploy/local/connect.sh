@@ -8,7 +8,8 @@
 #             into .local/connect/plugins/debezium-connector-postgres (no-op if present)
 #   start     fetch if needed, apply deploy/local/legacy/school.sql to the PostgreSQL
 #             cluster, start the worker in the background, wait until its REST API
-#             answers, then register the connector (register) and wait until it runs
+#             answers, create Debezium's four topics if missing, then register the
+#             connector (register) and wait until it runs
 #   stop      SIGTERM (the worker commits its offsets and leaves the group), wait,
 #             SIGKILL as a last resort; the connector stays registered in the
 #             worker's config topic and resumes from its offsets on the next start
@@ -50,6 +51,7 @@ POM="${SAGALINE_ROOT}/deploy/local/connect/pom.xml"
 PLUGIN_POM="${SAGALINE_ROOT}/deploy/local/connect/debezium/pom.xml"
 CONNECTOR_JSON="${SAGALINE_ROOT}/deploy/local/connect/legacy-school.json"
 SCHOOL_SQL="${SAGALINE_ROOT}/deploy/local/legacy/school.sql"
+KAFKA_SH="${SAGALINE_ROOT}/deploy/local/kafka.sh"
 LIB="${SAGALINE_LOCAL}/connect/lib"
 PLUGINS="${SAGALINE_LOCAL}/connect/plugins"
 PLUGIN_DIR="${PLUGINS}/debezium-connector-postgres"
@@ -174,6 +176,24 @@ print(json.dumps(config))
 PY
 }
 
+# Debezium's topics, made before the connector runs: Connect creates a topic only with the
+# first record for it, and the Sagaline worker (SAGALINE_CDC_ENABLED) refuses to start
+# until all four exist (it subscribes to them, its positions table partitioned like them).
+# One partition each, as the connector's topic.creation.default.partitions says.
+ensure_topics() {
+  local prefix existing t missing=()
+  prefix="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["topic.prefix"])' "$CONNECTOR_JSON")"
+  existing="$("$KAFKA_SH" topics --list 2>/dev/null)" || die "cannot list the broker's topics (${BOOTSTRAP})"
+  for t in "${prefix}.school.student" "${prefix}.school.course" "${prefix}.school.student_course" "${prefix}.transaction"; do
+    grep -qxF "$t" <<<"$existing" || missing+=("$t")
+  done
+  for t in "${missing[@]}"; do
+    "$KAFKA_SH" topics --create --if-not-exists --topic "$t" --partitions 1 --replication-factor 1 >/dev/null \
+      || die "creating topic ${t} failed"
+    log "created topic ${t}"
+  done
+}
+
 cmd_register() {
   local name
   name="$(connector_name)"
@@ -243,6 +263,7 @@ cmd_start() {
     log "worker ready on ${URL} (pid $pid, $((SECONDS - t0)) s)"
   fi
   apply_school_sql
+  ensure_topics
   cmd_register
   wait_connector_running
 }
