@@ -260,3 +260,31 @@ async def test_connect_killed_and_restarted_mid_stream_yields_no_duplicate_event
     events = await settled_events(stack, about(*everyone), len(actions))
     assert sorted((e.student_id, e.course_id) for e in events) == sorted(actions), events
     assert all(isinstance(e, lg.StudentEnrolled) for e in events)
+
+
+async def test_the_worker_refuses_debeziums_topics_missing_or_partitioned_otherwise(
+    tmp_path: Path,
+) -> None:
+    """The ingest keeps its positions in a table partitioned like Debezium's topics: with
+    CDC on, ``check_topics`` (run before the worker starts) names a missing one as
+    Debezium's and a partition count other than SAGALINE_CDC_TOPIC_PARTITIONS."""
+    from runtime.topics import TopicMismatch, check_topics, create_topics
+
+    missing = isolated_settings(tmp_path, cdc_enabled=True, cdc_topic_prefix=f"nope{RUN}")
+    await create_topics(missing)  # Sagaline's own topics: never Debezium's
+    with pytest.raises(TopicMismatch, match="Debezium's, created by Kafka Connect"):
+        await check_topics(missing, wait_s=0)
+    assert f"nope{RUN}.transaction" in str(await _mismatch(missing))
+    other = isolated_settings(tmp_path, cdc_enabled=True, cdc_topic_partitions=2)
+    await create_topics(other)
+    assert "legacy.school.student: 1 partitions, declared 2" in str(await _mismatch(other))
+
+
+async def _mismatch(settings: Any) -> Exception:
+    from runtime.topics import TopicMismatch, check_topics
+
+    try:
+        await check_topics(settings, wait_s=0)
+    except TopicMismatch as exc:
+        return exc
+    raise AssertionError("check_topics passed")
