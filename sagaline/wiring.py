@@ -7,7 +7,7 @@ from typing import Any
 
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT
-from sagas.catalog import COURSE, ENROLLMENT_SAGA, LEGACY_CDC, LEGACY_DOMAIN, STUDENT
+from sagas.catalog import COURSE, ENROLLMENT_SAGA, LEGACY_DOMAIN, LEGACY_TX, STUDENT
 from sagas.definitions.enrollment_saga import EnrollmentSaga
 from sagas.definitions.legacy_correlator import LegacyCorrelator
 from sagas.definitions.legacy_domain import LegacyDomain
@@ -46,8 +46,8 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
     correlator = LegacyCorrelator(
         window=timedelta(seconds=settings.cdc_window_s),
         domain_channel=LEGACY_DOMAIN if settings.cdc_drives_enrollment else None,
+        name=LEGACY_TX,  # the channel the worker's ingest edge sends every change to
     )
-    assert correlator.name == LEGACY_CDC, "the ingest edge sends to the catalog's channel"
     legacy_domain = LegacyDomain(
         name=LEGACY_DOMAIN, enrollments=ENROLLMENT_SAGA, courses=COURSE, students=STUDENT
     )

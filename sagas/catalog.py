@@ -21,9 +21,10 @@ from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
 ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
-LEGACY_CDC, LEGACY_DOMAIN = "legacy-cdc", "legacy-domain"
-"""The legacy CDC correlator (fed by the worker's Debezium ingest edge) and the process
-that drives the enrollment domain from its business events (issue 10)."""
+LEGACY_TX, LEGACY_DOMAIN = "legacy-tx", "legacy-domain"
+"""The legacy CDC correlator's first stage, per source transaction (fed by the worker's
+Debezium ingest edge; the name cdc-core gives it too), and the process that drives the
+enrollment domain from the business events (issue 10)."""
 PROCESS_CHANNELS: tuple[str, ...] = (
     ORDER_SAGA,
     INVENTORY,
@@ -31,7 +32,7 @@ PROCESS_CHANNELS: tuple[str, ...] = (
     ENROLLMENT_SAGA,
     COURSE,
     STUDENT,
-    LEGACY_CDC,
+    LEGACY_TX,
     LEGACY_DOMAIN,
 )
 """The channel (topic and table) of every saga and participant process; the wiring

@@ -69,7 +69,6 @@ class TransactionState(BaseModel):
 class LegacyCorrelator:
     """Pure: ``window`` comes from the settings, ``now`` from the machinery."""
 
-    name: str = "legacy-cdc"
     entity_type: str = "legacy"
     state_type: type[TransactionState] = TransactionState
 
@@ -78,7 +77,10 @@ class LegacyCorrelator:
         window: timedelta,
         snapshot_events: bool = False,
         domain_channel: str | None = None,
+        name: str = "legacy-tx",
     ) -> None:
+        self.name = name
+        """The channel (topic and table) of stage 1 (``sagas.catalog.LEGACY_TX``)."""
         self.window = window
         self.snapshot_events = snapshot_events
         self.domain_channel = domain_channel

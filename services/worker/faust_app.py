@@ -30,7 +30,7 @@ from runtime.topics import (
     legacy_transaction_topic,
     table_name,
 )
-from sagas.catalog import LEGACY_CDC
+from sagas.catalog import LEGACY_TX
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
@@ -255,7 +255,7 @@ def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> De
         name=LEGACY_INGEST,
         table_topics=tuple(legacy_table_topics(settings)),
         transaction_topic=legacy_transaction_topic(settings),
-        correlator_topic=settings.topic(LEGACY_CDC),
+        correlator_topic=settings.topic(LEGACY_TX),
         table=FaustTable(table, send_to),
         send=send,
         dead_letter_topic=settings.topic(DEAD_LETTERS),

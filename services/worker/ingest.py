@@ -3,7 +3,7 @@
 Thin: each record is decoded and re-keyed by :mod:`sagas.legacy_ingest` (pure), an
 unreadable one is dead-lettered with its reason and the stream goes on, tombstones and
 BEGIN records are passed over, and the rest are sent to the correlator's topic
-(``legacy-cdc``) keyed by correlation key.
+(``legacy-tx``) keyed by correlation key.
 
 **At-least-once, the source position stored only after the sends are acknowledged**, as
 the process runner does (:mod:`services.worker.runner`) and for the same reasons: the

@@ -17,14 +17,11 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sagas.catalog import LEGACY_CDC, LEGACY_DOMAIN
-from sagas.definitions.enrollment_saga import EnrollmentSaga
-from sagas.definitions.legacy_correlator import LegacyCorrelator
-from sagas.definitions.legacy_domain import LegacyDomain
+from runtime.settings import Settings
+from sagaline.wiring import build_processes
+from sagas.catalog import LEGACY_TX
 from sagas.legacy_ingest import change_envelope, marker_envelope
 from sagas.messages import Envelope
-from sagas.participants.course import CourseSeats
-from sagas.participants.student import StudentCredits
 from tests.unit.helpers import Bus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "debezium"
@@ -34,13 +31,9 @@ WINDOW = timedelta(seconds=10)
 
 def legacy_history(schemas: bool = False) -> list[Envelope]:
     """The events the worker publishes for the captured legacy actions, in order."""
-    bus = Bus.of(
-        LegacyCorrelator(WINDOW, domain_channel=LEGACY_DOMAIN),
-        LegacyDomain(),
-        EnrollmentSaga(),
-        CourseSeats(),
-        StudentCredits(),
-    )
+    # The processes as the worker builds them (every stage of the correlator included).
+    settings = Settings(cdc_drives_enrollment=True, cdc_window_s=WINDOW.total_seconds())
+    bus = Bus.of(*build_processes(settings))
     path = FIXTURES / f"schemas-{'true' if schemas else 'false'}.jsonl"
     now = T0
     for line in path.read_text().splitlines():
@@ -52,7 +45,9 @@ def legacy_history(schemas: bool = False) -> list[Envelope]:
         else:
             env = change_envelope(value)
         if env is not None:
-            bus.send(LEGACY_CDC, env, now)
+            bus.send(LEGACY_TX, env, now)
         bus.tick(now)
-    bus.tick(now + WINDOW + timedelta(seconds=1))  # every window closed
+    for _ in range(4):  # every window (and any later stage's hold) closed
+        now += WINDOW + timedelta(seconds=1)
+        bus.tick(now)
     return list(bus.published)

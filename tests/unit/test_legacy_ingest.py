@@ -29,7 +29,7 @@ def ingest(kafka: FakeKafka, table: DictTable, prefix: str) -> DebeziumIngest:
         name="legacy-ingest",
         table_topics=tuple(f"{prefix}.school.{t}" for t in ("student", "course", "student_course")),
         transaction_topic=f"{prefix}.transaction",
-        correlator_topic="t.legacy-cdc",
+        correlator_topic="t.legacy-tx",
         table=table,
         send=kafka.send,
         dead_letter_topic="t.deadletter",
@@ -58,7 +58,7 @@ async def test_every_captured_record_becomes_the_correlators_input(schemas: bool
     batch = captured(schemas)
     prefix = batch[0].topic.split(".")[0]
     await ingest(kafka, table, prefix).handle_batch(batch)
-    out = sent_to(kafka, "t.legacy-cdc")
+    out = sent_to(kafka, "t.legacy-tx")
     assert sent_to(kafka, "t.deadletter") == []
     changes = [e for e in out if e.type == lg.RowChanged.TYPE]
     ends = [e for e in out if e.type == lg.TransactionEnded.TYPE]
@@ -83,8 +83,8 @@ async def test_the_same_records_again_get_the_same_ids() -> None:
     prefix = batch[0].topic.split(".")[0]
     await ingest(first, DictTable(), prefix).handle_batch(batch)
     await ingest(second, DictTable(), prefix).handle_batch(batch)
-    assert [e.message_id for e in sent_to(first, "t.legacy-cdc")] == [
-        e.message_id for e in sent_to(second, "t.legacy-cdc")
+    assert [e.message_id for e in sent_to(first, "t.legacy-tx")] == [
+        e.message_id for e in sent_to(second, "t.legacy-tx")
     ]
 
 
@@ -108,7 +108,7 @@ async def test_an_unreadable_record_is_dead_lettered_with_its_reason_and_the_res
     ]
     assert all(x["reason"] for x in letters)
     assert "unknown table" in letters[1]["reason"]
-    assert len(sent_to(kafka, "t.legacy-cdc")) == 1
+    assert len(sent_to(kafka, "t.legacy-tx")) == 1
     assert table.positions[(topic, 0)] == n + 3  # the stream went on
 
 
