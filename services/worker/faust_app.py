@@ -172,56 +172,22 @@ def _register(
     app: faust.App, settings: Settings, process: Process[Any], metrics: Metrics
 ) -> ProcessRunner:
     topic = app.topic(settings.topic(process.name), key_type=bytes, value_type=bytes)
-    table = app.Table(
-        table_name(process.name),
-        partitions=settings.partitions,
-        key_type=bytes,
-        value_type=bytes,
-        options=_rocksdb_options(settings) if settings.store == "rocksdb" else None,
-    )
-
-    async def send(topic_name: str, key: bytes, value: bytes) -> Any:
-        return await app.producer.send(topic_name, key, value, None, None, None)
-
-    async def send_to(topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
-        return await app.producer.send(topic_name, key, value, partition, None, None)
-
-    async def seek(topic_name: str, partition: int, offset: int) -> None:
-        await app.consumer.seek(TP(topic_name, partition), offset)
-
-    probe = OffsetProbe(settings)
-    app.on_before_shutdown.connect(probe.close_on_signal)
-
+    table = _table(app, settings, process.name, settings.partitions)
+    ports = _Ports(app, settings)
     runner = ProcessRunner(
         process=process,
-        table=FaustTable(table, send_to),
-        send=send,
+        table=FaustTable(table, ports.send_to),
+        send=ports.send,
         topic_for=settings.topic,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
         metrics=metrics,
         seen_window=settings.seen_window,
-        seek=seek,
-        first_offset=probe.first_at_or_after,
+        seek=ports.seek,
+        first_offset=ports.probe.first_at_or_after,
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
     )
-    within = settings.batch_within_ms / 1000
-
-    async def agent(stream: Any) -> None:
-        async for events in stream.take_events(settings.batch_size, within):
-            batch = [
-                Incoming(
-                    topic=e.message.topic,
-                    partition=e.message.partition,
-                    offset=e.message.offset,
-                    key=e.key,
-                    value=e.value,
-                )
-                for e in events
-            ]
-            await _handle_until_done(app, runner, batch)
-
-    app.agent(topic, name=process.name)(agent)
+    _agent(app, settings, topic, process.name, runner)
     runner.faust_table = table  # type: ignore[attr-defined]
     return runner
 
@@ -232,38 +198,56 @@ def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> De
     :mod:`services.worker.ingest`)."""
     names = [*legacy_table_topics(settings), legacy_transaction_topic(settings)]
     topic = app.topic(*names, key_type=bytes, value_type=bytes)
-    table = app.Table(
-        table_name(LEGACY_INGEST),
-        partitions=settings.cdc_topic_partitions,
-        key_type=bytes,
-        value_type=bytes,
-        options=_rocksdb_options(settings) if settings.store == "rocksdb" else None,
-    )
-
-    async def send(topic_name: str, key: bytes, value: bytes) -> Any:
-        return await app.producer.send(topic_name, key, value, None, None, None)
-
-    async def send_to(topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
-        return await app.producer.send(topic_name, key, value, partition, None, None)
-
-    async def seek(topic_name: str, partition: int, offset: int) -> None:
-        await app.consumer.seek(TP(topic_name, partition), offset)
-
-    probe = OffsetProbe(settings)
-    app.on_before_shutdown.connect(probe.close_on_signal)
+    table = _table(app, settings, LEGACY_INGEST, settings.cdc_topic_partitions)
+    ports = _Ports(app, settings)
     ingest = DebeziumIngest(
         name=LEGACY_INGEST,
         table_topics=tuple(legacy_table_topics(settings)),
         transaction_topic=legacy_transaction_topic(settings),
         correlator_topic=settings.topic(LEGACY_TX),
-        table=FaustTable(table, send_to),
-        send=send,
+        table=FaustTable(table, ports.send_to),
+        send=ports.send,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
         metrics=metrics,
-        seek=seek,
-        first_offset=probe.first_at_or_after,
+        seek=ports.seek,
+        first_offset=ports.probe.first_at_or_after,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
     )
+    _agent(app, settings, topic, LEGACY_INGEST, ingest)
+    return ingest
+
+
+def _table(app: faust.App, settings: Settings, channel: str, partitions: int) -> Any:
+    return app.Table(
+        table_name(channel),
+        partitions=partitions,
+        key_type=bytes,
+        value_type=bytes,
+        options=_rocksdb_options(settings) if settings.store == "rocksdb" else None,
+    )
+
+
+class _Ports:
+    """What a batch consumer reaches Kafka through: the app's producer and consumer, and a
+    probe of its own for seeks over gaps."""
+
+    def __init__(self, app: faust.App, settings: Settings) -> None:
+        self.app = app
+        self.probe = OffsetProbe(settings)
+        app.on_before_shutdown.connect(self.probe.close_on_signal)
+
+    async def send(self, topic_name: str, key: bytes, value: bytes) -> Any:
+        return await self.app.producer.send(topic_name, key, value, None, None, None)
+
+    async def send_to(self, topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
+        return await self.app.producer.send(topic_name, key, value, partition, None, None)
+
+    async def seek(self, topic_name: str, partition: int, offset: int) -> None:
+        await self.app.consumer.seek(TP(topic_name, partition), offset)
+
+
+def _agent(app: faust.App, settings: Settings, topic: Any, name: str, consumer: Batched) -> None:
+    """One agent feeding ``consumer`` batches of ``topic``'s records until each is done."""
     within = settings.batch_within_ms / 1000
 
     async def agent(stream: Any) -> None:
@@ -278,10 +262,9 @@ def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> De
                 )
                 for e in events
             ]
-            await _handle_until_done(app, ingest, batch)
+            await _handle_until_done(app, consumer, batch)
 
-    app.agent(topic, name=LEGACY_INGEST)(agent)
-    return ingest
+    app.agent(topic, name=name)(agent)
 
 
 class OffsetProbe:
