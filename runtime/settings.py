@@ -264,7 +264,12 @@ class Settings(BaseSettings):
     cdc_window_s: float = Field(
         10.0,
         gt=0,
-        description="How long the CDC correlator waits for the other rows of one legacy action (student, course, link) before it emits the business event: longer merges more rows into one event, and delays every event by as much",
+        description="How long the CDC correlator waits for the other rows of one legacy transaction (student, course, link) when no END record says they are all in; its second stage holds a creation or an enrollment twice as long for the rest of an action spread over several transactions. Longer merges more rows into one event, and delays events by as much: at worst three windows (sagas/definitions/legacy_actions.py)",
+    )
+    cdc_retention_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How long the CDC correlator keeps an idle transaction's, student's or course's state (the positions and ids it drops redeliveries by) before it resets it; a Debezium redelivery older than this is caught only by the worker's window of message ids. At least a few windows",
     )
 
     @model_validator(mode="after")

@@ -7,8 +7,10 @@ from typing import Any
 
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT
-from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
+from sagas.catalog import COURSE, ENROLLMENT_SAGA, LEGACY_ACTIONS, LEGACY_TX, STUDENT
 from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.definitions.legacy_actions import ActionCorrelator
+from sagas.definitions.legacy_correlator import LegacyCorrelator
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
 from sagas.participants.course import CourseSeats
@@ -17,7 +19,11 @@ from sagas.participants.payment import PaymentGateway, PaymentPolicy
 from sagas.participants.student import StudentCredits
 
 
-def build_processes(settings: Settings) -> list[Process[Any]]:
+def build_processes(
+    settings: Settings, *, cdc_domain_channel: str | None = None
+) -> list[Process[Any]]:
+    """Every process the worker runs. ``cdc_domain_channel``: the channel the legacy CDC
+    correlator also sends its business events to (None: published only as events)."""
     saga = OrderSaga(
         name=ORDER_SAGA,
         inventory=INVENTORY,
@@ -46,4 +52,26 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         enrollment,
         CourseSeats(name=COURSE),
         StudentCredits(name=STUDENT),
+        *build_legacy_correlator(settings, domain_channel=cdc_domain_channel),
+    ]
+
+
+def build_legacy_correlator(
+    settings: Settings, *, domain_channel: str | None = None
+) -> list[Process[Any]]:
+    """The legacy CDC correlator's two stages. Stage 2 holds a part twice the window: the
+    parts of one action whose transactions lie within a window of each other reach it up to
+    two windows apart (sagas/definitions/legacy_actions.py, "Timing")."""
+    window = timedelta(seconds=settings.cdc_window_s)
+    retention = timedelta(seconds=settings.cdc_retention_s)
+    return [
+        LegacyCorrelator(
+            window=window, actions=LEGACY_ACTIONS, retention=retention, name=LEGACY_TX
+        ),
+        ActionCorrelator(
+            hold=2 * window,
+            retention=retention,
+            domain_channel=domain_channel,
+            name=LEGACY_ACTIONS,
+        ),
     ]

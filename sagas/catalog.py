@@ -21,6 +21,9 @@ from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
 ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
+LEGACY_TX, LEGACY_ACTIONS = "legacy-tx", "legacy-actions"
+"""The legacy CDC correlator's two stages (issue 10): per source transaction, then per
+student or course (sagas/definitions/legacy_correlator.py, legacy_actions.py)."""
 PROCESS_CHANNELS: tuple[str, ...] = (
     ORDER_SAGA,
     INVENTORY,
@@ -28,6 +31,8 @@ PROCESS_CHANNELS: tuple[str, ...] = (
     ENROLLMENT_SAGA,
     COURSE,
     STUDENT,
+    LEGACY_TX,
+    LEGACY_ACTIONS,
 )
 """The channel (topic and table) of every saga and participant process; the wiring
 (``sagaline/wiring.py``) gives each process its name from here."""
