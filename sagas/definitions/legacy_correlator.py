@@ -51,7 +51,7 @@ from sagas.contracts.legacy import (
 from sagas.definitions.legacy_actions import action_key
 from sagas.ids import derive_id
 from sagas.machinery.process import Command, Context, Decision
-from sagas.messages import Message
+from sagas.messages import MAX_KEY_LENGTH, Message
 
 WINDOW_DEADLINE = "window"
 EXPIRE_DEADLINE = "expire"
@@ -62,7 +62,9 @@ MAX_POSITIONS = 10_000
 def correlation_key(change: RowChanged) -> str:
     """The key of the process instance that handles ``change``."""
     if change.snapshot or change.tx_id is None:
-        return f"row:{change.position}"
+        key = f"row:{change.position}"
+        # A link of two long legacy ids makes a position longer than a key may be.
+        return key if len(key) <= MAX_KEY_LENGTH else f"row:{derive_id('row', change.position)}"
     return f"tx:{change.tx_id}"
 
 
