@@ -239,6 +239,41 @@ def test_three_transactions_with_their_end_records_first_in_every_order_are_one_
 
 
 @SHAPES
+def test_three_transactions_and_their_end_records_in_all_720_orders_are_one_event(
+    schemas: bool,
+) -> None:
+    """Rows and END records on their different topics interleave in any way."""
+    txs = SCENARIOS["enroll_three_transactions"]
+    six = [m for pair in three_transactions(schemas).values() for m in pair]
+    for order in itertools.permutations(six):
+        assert run(one_by_one(order), until=45) == [ana_enrolled(tuple(txs))], order
+
+
+@SHAPES
+@pytest.mark.parametrize(
+    "together", [("student", "student_course"), ("course", "student_course"), ("student", "course")]
+)
+def test_two_rows_in_one_transaction_and_one_in_another_in_every_order_are_one_event(
+    schemas: bool, together: tuple[str, str]
+) -> None:
+    """The captured rows of the three-transaction scenario, regrouped into two transactions
+    (the pair ``together`` shares the first one's txId): every split of the action."""
+    by_table = {r.table: r for r in rows(schemas, "enroll_three_transactions")}
+    shared = by_table[together[0]].tx_id
+    regrouped = [
+        r.model_copy(update={"tx_id": shared}) if r.table in together else r
+        for r in by_table.values()
+    ]
+    ends = [
+        lg.TransactionEnded(tx_id=tx, event_count=sum(r.tx_id == tx for r in regrouped))
+        for tx in sorted({r.tx_id or 0 for r in regrouped})
+    ]
+    expected = ana_enrolled(tuple(sorted({r.tx_id or 0 for r in regrouped})))
+    for order in itertools.permutations([*regrouped, *ends]):
+        assert run(one_by_one(order), until=45) == [expected], order
+
+
+@SHAPES
 @pytest.mark.parametrize("spread", [0.1, 4.0, 9.0])
 def test_three_transactions_within_the_window_without_end_records_are_one_event(
     schemas: bool, spread: float
