@@ -64,6 +64,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -74,6 +75,8 @@ from sagas.contracts.legacy import (
     CourseClaimAnswered,
     CourseRow,
     CourseUpdated,
+    EnrollmentChanged,
+    EnrollmentDropped,
     StudentEnrolled,
     StudentRow,
     StudentUpdated,
@@ -153,6 +156,16 @@ class ActionState(BaseModel):
 @dataclass(frozen=True)
 class ActionCorrelator:
     """Pure: ``hold`` and ``retention`` come from the settings, ``now`` from the machinery."""
+
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (ActionPart, ClaimCourse, CourseClaimAnswered)
+    FACTS: ClassVar[tuple[type[Message], ...]] = (
+        StudentEnrolled,
+        EnrollmentChanged,
+        EnrollmentDropped,
+        StudentUpdated,
+        CourseUpdated,
+    )
+    KEY: ClassVar[str] = "student:<student id>, or course:<course id> for a course row alone"
 
     hold: timedelta = timedelta(seconds=20)
     retention: timedelta = timedelta(hours=1)

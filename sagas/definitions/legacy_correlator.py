@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -89,6 +89,11 @@ class TransactionState(BaseModel):
 class LegacyCorrelator:
     """Pure: ``window`` and ``retention`` come from the settings, ``now`` from the machinery;
     ``actions`` is stage 2's channel."""
+
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (RowChanged, TransactionEnded)
+    FACTS: ClassVar[tuple[type[Message], ...]] = ()
+    """Stage 1 publishes nothing: its results go to stage 2 as ``legacy.ActionPart``."""
+    KEY: ClassVar[str] = "the source transaction: tx:<txId>, or row:<position> for a snapshot row"
 
     window: timedelta = timedelta(seconds=10)
     snapshot_events: bool = False
