@@ -76,6 +76,7 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m scripts.check_declarations
+	$(BIN)/python -m scripts.check_asyncapi
 
 format: install
 	$(BIN)/ruff format .

@@ -93,7 +93,8 @@ class Settings(BaseSettings):
         description="RocksDB block cache per table partition; worker memory stays under tables x partitions x (2 x write buffer + cache) plus the heap",
     )
     worker_web_port: int = Field(
-        6066, description="Port of the worker's Faust web server (metrics at /sagaline/metrics)"
+        6066,
+        description="Port of the worker's Faust web server (Prometheus metrics at /metrics, JSON counters at /sagaline/metrics)",
     )
     producer_linger_ms: float = Field(
         0.0,
@@ -131,6 +132,10 @@ class Settings(BaseSettings):
         ge=1024,
         le=450 * 1024,
         description="A dead letter carries the original key and value inline up to this size (JSON-encoded); larger ones are named by size and SHA-256 and stay in their source topic at the letter's partition and offset (keeps every letter under the producer's 1 MB max request size)",
+    )
+    worker_web_host: str = Field(
+        "127.0.0.1",
+        description="Address the worker's Faust web server binds (its `/metrics` needs no key: keep it private; `0.0.0.0` in a container a Prometheus scrapes)",
     )
 
     step_timeout_s: float = Field(
@@ -218,6 +223,20 @@ class Settings(BaseSettings):
         ge=5,
         description="How often the API checks the read models while a request waits for a token or a final status",
     )
+    projector_metrics_host: str = Field(
+        "127.0.0.1",
+        description="Address the projector serves its Prometheus metrics on (`/metrics`)",
+    )
+    projector_metrics_port: int = Field(
+        6067,
+        ge=0,
+        le=65535,
+        description="Port of the projector's Prometheus metrics (`http://<host>:<port>/metrics`); 0: not served",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines as text, or `json`: one JSON object per line with saga_id, message_id, causation_id, topic, partition and offset wherever they are known",
+    )
 
     # --- the nightly Spark rebuild (spark_projections, `sagaline rebuild`) -------------
     spark_master: str = Field(
@@ -264,7 +283,12 @@ class Settings(BaseSettings):
     cdc_window_s: float = Field(
         10.0,
         gt=0,
-        description="How long the CDC correlator waits for the other rows of one legacy action (student, course, link) before it emits the business event: longer merges more rows into one event, and delays every event by as much",
+        description="How long the CDC correlator waits for the other rows of one legacy transaction (student, course, link) when no END record says they are all in; its second stage holds a creation or an enrollment twice as long for the rest of an action spread over several transactions. Longer merges more rows into one event, and delays events by as much: at worst three windows (sagas/definitions/legacy_actions.py)",
+    )
+    cdc_retention_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How long the CDC correlator keeps an idle transaction's, student's or course's state (the positions and ids it drops redeliveries by) before it resets it; a Debezium redelivery older than this is caught only by the worker's window of message ids. At least a few windows",
     )
     cdc_enabled: bool = Field(
         False,

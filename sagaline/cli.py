@@ -1,11 +1,13 @@
-"""The ``sagaline`` command line: topics, worker, projector, api, db, demo, keys."""
+"""The ``sagaline`` command line: topics, worker, projector, api, db, demo, keys, deadletters."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
@@ -13,15 +15,17 @@ from pydantic import ValidationError
 from runtime.settings import get_settings
 from services import logsafe
 
+T = TypeVar("T")
+
 LOCAL_KEY = Path(".local/api-key")
 """The key `make run` creates and the demo sends (the API stores only its hash)."""
 
 
 def _logging() -> None:
-    logging.basicConfig(
-        level=get_settings().log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from runtime.logformat import configure
+
+    settings = get_settings()
+    configure(settings.log_level, settings.log_format)
     # One line per HTTP request would bury the demo's and the components' own output.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -76,6 +80,7 @@ def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
     import sagas.contracts  # noqa: F401
     from runtime.kafka_security import KafkaUnreachable
+    from runtime.logformat import dict_config
     from runtime.topics import TopicMismatch, check_topics
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
@@ -89,7 +94,10 @@ def worker() -> None:
     app, _ = create_app(settings, build_processes(settings))
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
     faust_worker = BoundedWorker(
-        app, grace_s=settings.shutdown_grace_s, loglevel=settings.log_level.lower()
+        app,
+        grace_s=settings.shutdown_grace_s,
+        loglevel=settings.log_level.lower(),
+        logging_config=dict_config(settings.log_level, settings.log_format),
     )
     faust_worker.execute_from_commandline()
 
@@ -102,7 +110,13 @@ def api() -> None:
 
     settings = get_settings()
     _logging()
-    serve(create_api(settings), settings.api_host, settings.api_port, settings.shutdown_grace_s)
+    serve(
+        create_api(settings),
+        settings.api_host,
+        settings.api_port,
+        settings.shutdown_grace_s,
+        own_logging=settings.log_format == "json",
+    )
 
 
 @main.command()
@@ -257,6 +271,73 @@ def keys_local(key_file: Path) -> None:
 
     settings = get_settings()
     click.echo(ensure_local_key(key_file, settings.api_keys_file, settings.api_keys))
+
+
+@main.group()
+def deadletters() -> None:
+    """Dead letters: list them, show one, re-drive one after its cause was fixed."""
+
+
+@deadletters.command("list")
+def deadletters_list() -> None:
+    """Every letter: its offset (what `show` and `redrive` take), source, stage, reason."""
+    from services.deadletters import list_letters, redrives
+
+    settings = get_settings()
+    letters, done = _kafka(list_letters(settings)), _kafka(redrives(settings))
+    for letter in letters:
+        body = letter.body
+        mark = "re-driven" if letter.source in done else "parked   "
+        reason = str(body.get("reason", ""))[:160]
+        click.echo(
+            f"{letter.letter_offset:>6}  {mark} {body.get('dead_lettered_at', '?')}  "
+            f"{letter.source}  {body.get('stage', '?')}: {reason}"
+        )
+    if not letters:
+        click.echo(f"no dead letters on {settings.topic('deadletter')}", err=True)
+
+
+@deadletters.command("show")
+@click.argument("letter_offset", type=int)
+def deadletters_show(letter_offset: int) -> None:
+    """The whole letter at LETTER_OFFSET (JSON), and whether it was re-driven."""
+    import json
+
+    from services.deadletters import RedriveRefused, find_letter, redrives
+
+    settings = get_settings()
+    try:
+        letter = _kafka(find_letter(settings, letter_offset))
+    except RedriveRefused as exc:
+        raise click.ClickException(str(exc)) from exc
+    shown = {**letter.body, "redriven": _kafka(redrives(settings)).get(letter.source)}
+    click.echo(json.dumps(shown, indent=2))
+
+
+@deadletters.command("redrive")
+@click.argument("letter_offset", type=int)
+@click.option("--force", is_flag=True, help="Send it again even though it was re-driven before")
+def deadletters_redrive(letter_offset: int, force: bool) -> None:
+    """Send the original record of the letter at LETTER_OFFSET back to its source topic and
+    partition (same key, same bytes: dedupe by message id still holds). Fix the cause first."""
+    from services.deadletters import RedriveRefused, redrive
+
+    try:
+        done = _kafka(redrive(get_settings(), letter_offset, force=force))
+    except RedriveRefused as exc:
+        raise click.ClickException(str(exc)) from exc
+    again = " again (forced)" if done.forced else ""
+    click.echo(f"re-drove {done.source}{again} to partition {done.partition} offset {done.offset}")
+
+
+def _kafka(work: Coroutine[Any, Any, T]) -> T:
+    """Run a Kafka coroutine; an unreachable broker is a sentence, not a traceback."""
+    from runtime.kafka_security import KafkaUnreachable
+
+    try:
+        return asyncio.run(work)
+    except KafkaUnreachable as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 if __name__ == "__main__":

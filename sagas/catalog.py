@@ -1,4 +1,4 @@
-"""Every read model and every saga type, listed once: the read side iterates over these.
+"""Every process channel, read model and saga type, listed once: the rest iterates over these.
 
 The projector, the Spark rebuild, the API's queries and waits, the analytics and the tests
 take their models and saga statuses from here and from nowhere else. A new domain adds its
@@ -7,11 +7,22 @@ declarations to these tuples (see the README, "Adding a saga and its read models
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.contracts.system import Tick
 from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.definitions.legacy_actions import ActionCorrelator
+from sagas.definitions.legacy_correlator import LegacyCorrelator
+from sagas.definitions.legacy_domain import LegacyDomain
 from sagas.definitions.order_saga import OrderSaga
+from sagas.machinery.process import Process
+from sagas.messages import Message
+from sagas.participants.course import CourseSeats
+from sagas.participants.ledger import CapacityLedger
+from sagas.participants.payment import PaymentGateway
+from sagas.participants.student import StudentCredits
 from sagas.projections.declare import ReadModel, SagaType
 from sagas.projections.enrollments import ENROLLMENTS
 from sagas.projections.orders import ORDERS
@@ -21,22 +32,61 @@ from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
 ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
-LEGACY_TX, LEGACY_DOMAIN = "legacy-tx", "legacy-domain"
-"""The legacy CDC correlator's first stage, per source transaction (fed by the worker's
-Debezium ingest edge; the name cdc-core gives it too), and the process that drives the
-enrollment domain from the business events (issue 10)."""
-PROCESS_CHANNELS: tuple[str, ...] = (
-    ORDER_SAGA,
-    INVENTORY,
-    PAYMENT,
-    ENROLLMENT_SAGA,
-    COURSE,
-    STUDENT,
-    LEGACY_TX,
-    LEGACY_DOMAIN,
+LEGACY_TX, LEGACY_ACTIONS = "legacy-tx", "legacy-actions"
+"""The legacy CDC correlator's two stages (issue 10): per source transaction (fed by the
+worker's Debezium ingest edge), then per student or course
+(sagas/definitions/legacy_correlator.py, legacy_actions.py)."""
+LEGACY_DOMAIN = "legacy-domain"
+"""The process that drives the enrollment domain from the business events
+(SAGALINE_CDC_DRIVES_ENROLLMENT; sagas/definitions/legacy_domain.py)."""
+
+
+@dataclass(frozen=True)
+class ProcessChannel:
+    """A process's channel and the definition that listens on it: its topic carries the
+    commands and replies the definition ``ACCEPTS`` (and ``system.Tick``), keyed by its
+    ``KEY``; its ``FACTS`` go to the domain-event topic."""
+
+    name: str
+    definition: type[Process[Any]]
+
+    @property
+    def accepts(self) -> tuple[type[Message], ...]:
+        return (*self.definition.ACCEPTS, Tick)
+
+    @property
+    def facts(self) -> tuple[type[Message], ...]:
+        return self.definition.FACTS
+
+    @property
+    def key(self) -> str:
+        return self.definition.KEY
+
+
+CHANNELS: tuple[ProcessChannel, ...] = (
+    ProcessChannel(ORDER_SAGA, OrderSaga),
+    ProcessChannel(INVENTORY, CapacityLedger),
+    ProcessChannel(PAYMENT, PaymentGateway),
+    ProcessChannel(ENROLLMENT_SAGA, EnrollmentSaga),
+    ProcessChannel(COURSE, CourseSeats),
+    ProcessChannel(STUDENT, StudentCredits),
+    ProcessChannel(LEGACY_TX, LegacyCorrelator),
+    ProcessChannel(LEGACY_ACTIONS, ActionCorrelator),
+    ProcessChannel(LEGACY_DOMAIN, LegacyDomain),
 )
+PROCESS_CHANNELS: tuple[str, ...] = tuple(c.name for c in CHANNELS)
 """The channel (topic and table) of every saga and participant process; the wiring
 (``sagaline/wiring.py``) gives each process its name from here."""
+
+
+def channel(name: str) -> ProcessChannel | None:
+    return next((c for c in CHANNELS if c.name == name), None)
+
+
+def facts() -> tuple[type[Message], ...]:
+    """Every fact on the domain-event topic, each once, in declaration order."""
+    return tuple(dict.fromkeys(f for c in CHANNELS for f in c.facts))
+
 
 READ_MODELS: tuple[ReadModel[Any], ...] = (
     ORDERS,

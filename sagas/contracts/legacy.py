@@ -1,9 +1,11 @@
 """Contracts of the legacy school database's change data capture (issue 10).
 
-Two kinds. ``legacy.RowChanged`` is one row change as Debezium reported it, decoded from
-its envelope (:mod:`sagas.debezium`) and re-keyed by its correlation key: the input of the
-correlator. The others are the business events the correlator emits, one per legacy
-action, whatever number of row changes the action took. Ids and fields are the legacy
+Three kinds. ``legacy.RowChanged`` (and ``legacy.TransactionEnded``) is one row change as
+Debezium reported it, decoded from its envelope (:mod:`sagas.debezium`) and re-keyed by
+its correlation key: the input of the correlator. The business events are what the
+correlator emits, one per legacy action, whatever number of row changes the action took.
+``ActionPart``, ``ClaimCourse`` and ``CourseClaimAnswered`` travel between the
+correlator's two stages only. Ids and fields are the legacy
 tables' (``deploy/local/legacy/school.sql``); texts are bounded so a hostile row cannot
 make a record too large.
 """
@@ -103,7 +105,8 @@ class StudentEnrolled(Message):
     student_id: LegacyId
     course_id: LegacyId
     student: StudentRow | None
-    """The student row as the action left it (None: not seen within the window)."""
+    """The student row as the action left it, or else the latest one the correlator saw
+    (None: none seen)."""
     course: CourseRow | None
     student_created: bool
     """The student row was created in the same action."""
@@ -166,6 +169,50 @@ class TransactionEnded(Message):
     TYPE = "legacy.TransactionEnded"
     tx_id: int = Field(ge=0)
     event_count: int = Field(ge=0, le=1_000_000)
+
+
+# --- between the correlator's stages (sagas/definitions/legacy_actions.py) -----------------
+
+BusinessEvent = (
+    StudentEnrolled | EnrollmentChanged | EnrollmentDropped | StudentUpdated | CourseUpdated
+)
+"""What one action yields. The five have distinct required fields and forbid extra ones, so
+a payload validates as exactly one of them (no discriminator needed)."""
+
+
+class ActionPart(Message):
+    """Stage 1 -> stage 2: one business event of one source transaction, not published yet.
+    Stage 2 merges the parts of an action that spanned several transactions."""
+
+    TYPE = "legacy.ActionPart"
+    part_id: Annotated[str, Field(min_length=1, max_length=100)]
+    """Derived from the positions of the transaction's rows and the event's place among
+    them: a part stage 1 sends again (its rows redelivered) has the same id."""
+    event: BusinessEvent
+    lsn: int = Field(ge=0)
+    """The highest LSN of the rows the event comes from: which of two row images is newer."""
+
+
+class ClaimCourse(Message):
+    """A student's new enrollment asks its course whether the course row was created within
+    the window (then the enrollment carries it, and the course publishes nothing of it)."""
+
+    TYPE = "legacy.ClaimCourse"
+    claim_id: Annotated[str, Field(min_length=1, max_length=100)]
+    student_id: LegacyId
+    course_id: LegacyId
+
+
+class CourseClaimAnswered(Message):
+    """The course's answer to :class:`ClaimCourse`: ``created`` when the enrollment took the
+    course's creation; ``course`` is the latest row the course knows either way."""
+
+    TYPE = "legacy.CourseClaimAnswered"
+    claim_id: Annotated[str, Field(min_length=1, max_length=100)]
+    course: CourseRow | None
+    created: bool
+    tx_ids: tuple[int, ...]
+    """The creation's source transactions (empty when not ``created``)."""
 
 
 # --- the enrollment domain driven by legacy actions (SAGALINE_CDC_DRIVES_ENROLLMENT) --------

@@ -7,27 +7,36 @@ transaction's row changes, dropping any it has seen (Debezium redelivers after a
 restart; the row's position identifies it), and closes the transaction when it has all of
 them (the count the transaction topic's END record gives) or when its window ends (a
 durable deadline, ``SAGALINE_CDC_WINDOW_S``), whichever is first. Closing classifies the
-rows (:func:`classify`) into one business event per action.
+rows (:func:`classify`) into the transaction's business events and sends each, as an
+``ActionPart``, to stage 2 (:mod:`sagas.definitions.legacy_actions`), which merges the
+parts of an action that spanned several transactions and is the only stage that
+publishes. Nothing is published here.
 
 A row that arrives after its transaction closed (a late record beyond the window) is
-classified alone and emitted at once: it is never lost, but it is not merged into the
-event already published (an enrollment whose course row came late carries
-``course=None``). Snapshot rows (``op: r``) are keyed by their row, seed nothing here and
-yield no event unless ``snapshot_events`` is set.
+classified alone and sent at once: stage 2 still merges it with the rest of its action
+while that is unpublished (see there for what a later one yields). Snapshot rows
+(``op: r``) are keyed by their row and yield nothing unless ``snapshot_events`` is set.
 
-NOT YET HERE (stage 2, see CDC_STATUS.md): merging an action that spans several
-transactions (student, course and link inserted in three transactions within the window)
-into one event; today each of those transactions yields its own event.
+Retention: ``retention`` after a key's last message (the ``expire`` deadline) its state is
+reset to empty. The machinery has no delete, so the key keeps its record: the machinery's
+window of message ids (``SAGALINE_SEEN_WINDOW``, 500 by default), which still drops a row
+redelivered under the same message id (the ingest agent derives it from the position), for
+any transaction of fewer rows than that window. A row redelivered after the reset under
+another id would be taken as new: a duplicate part, which stage 2 drops while it remembers
+its ``part_id`` (its own retention).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from sagas.contracts.legacy import (
+    ActionPart,
+    BusinessEvent,
     CourseRow,
     CourseUpdated,
     EnrollmentChanged,
@@ -39,10 +48,13 @@ from sagas.contracts.legacy import (
     StudentUpdated,
     TransactionEnded,
 )
+from sagas.definitions.legacy_actions import action_key
+from sagas.ids import derive_id
 from sagas.machinery.process import Command, Context, Decision
-from sagas.messages import Message
+from sagas.messages import MAX_KEY_LENGTH, Message
 
 WINDOW_DEADLINE = "window"
+EXPIRE_DEADLINE = "expire"
 MAX_POSITIONS = 10_000
 """Positions a transaction's state remembers (its rows); a legacy action has a handful."""
 
@@ -50,8 +62,15 @@ MAX_POSITIONS = 10_000
 def correlation_key(change: RowChanged) -> str:
     """The key of the process instance that handles ``change``."""
     if change.snapshot or change.tx_id is None:
-        return f"row:{change.position}"
+        key = f"row:{change.position}"
+        # A link of two long legacy ids makes a position longer than a key may be.
+        return key if len(key) <= MAX_KEY_LENGTH else f"row:{derive_id('row', change.position)}"
     return f"tx:{change.tx_id}"
+
+
+def transaction_key(end: TransactionEnded) -> str:
+    """The key of the process instance an END record goes to: its transaction's."""
+    return f"tx:{end.tx_id}"
 
 
 class TransactionState(BaseModel):
@@ -66,27 +85,23 @@ class TransactionState(BaseModel):
     status: Literal["empty", "open", "closed"] = "empty"
 
 
+@dataclass(frozen=True)
 class LegacyCorrelator:
-    """Pure: ``window`` comes from the settings, ``now`` from the machinery."""
+    """Pure: ``window`` and ``retention`` come from the settings, ``now`` from the machinery;
+    ``actions`` is stage 2's channel."""
 
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (RowChanged, TransactionEnded)
+    FACTS: ClassVar[tuple[type[Message], ...]] = ()
+    """Stage 1 publishes nothing: its results go to stage 2 as ``legacy.ActionPart``."""
+    KEY: ClassVar[str] = "the source transaction: tx:<txId>, or row:<position> for a snapshot row"
+
+    window: timedelta = timedelta(seconds=10)
+    snapshot_events: bool = False
+    actions: str = "legacy-actions"
+    retention: timedelta = timedelta(hours=1)
+    name: str = "legacy-tx"
     entity_type: str = "legacy"
     state_type: type[TransactionState] = TransactionState
-
-    def __init__(
-        self,
-        window: timedelta,
-        snapshot_events: bool = False,
-        domain_channel: str | None = None,
-        name: str = "legacy-tx",
-    ) -> None:
-        self.name = name
-        """The channel (topic and table) of stage 1 (``sagas.catalog.LEGACY_TX``)."""
-        self.window = window
-        self.snapshot_events = snapshot_events
-        self.domain_channel = domain_channel
-        """When set, every business event that names a student is also sent there as a
-        command keyed by the student id (the ``legacy-domain`` process, which drives the
-        enrollment domain from it: SAGALINE_CDC_DRIVES_ENROLLMENT)."""
 
     def initial(self, key: str) -> TransactionState:
         return TransactionState()
@@ -96,14 +111,25 @@ class LegacyCorrelator:
     ) -> Decision[TransactionState]:
         match message:
             case RowChanged():
-                return self._row(state, message, ctx)
+                decision = self._row(state, message, ctx)
             case TransactionEnded():
-                return self._ended(state, message)
-        return Decision(state)
+                decision = self._ended(state, message)
+            case _:
+                return Decision(state)
+        # Every message pushes the key's retention back (see the module doc).
+        expire = {**decision.set_deadlines, EXPIRE_DEADLINE: ctx.now + self.retention}
+        return Decision(
+            decision.state, decision.send, (), expire, decision.clear_deadlines - {EXPIRE_DEADLINE}
+        )
 
     def on_deadline(
         self, state: TransactionState, name: str, ctx: Context
     ) -> Decision[TransactionState]:
+        if name == EXPIRE_DEADLINE:
+            if state.status == "open":  # never before the window; closed first all the same
+                closed = self._close(state)
+                return Decision(TransactionState(), closed.send, (), {}, closed.clear_deadlines)
+            return Decision(TransactionState())
         if name != WINDOW_DEADLINE or state.status != "open":
             return Decision(state)
         return self._close(state)
@@ -115,11 +141,11 @@ class LegacyCorrelator:
             return Decision(state)  # redelivered
         positions = (*state.positions, change.position)[-MAX_POSITIONS:]
         if change.snapshot:
-            events = classify((change,)) if self.snapshot_events else ()
-            return self._emit(state.model_copy(update={"positions": positions}), events)
+            parts = self._parts((change,)) if self.snapshot_events else ()
+            return Decision(state.model_copy(update={"positions": positions}), send=parts)
         if state.status == "closed":  # late: after the window or the END record
             late = state.model_copy(update={"positions": positions})
-            return self._emit(late, classify((change,)))
+            return Decision(late, send=self._parts((change,)))
         opened = state.model_copy(
             update={"rows": (*state.rows, change), "positions": positions, "status": "open"}
         )
@@ -139,33 +165,30 @@ class LegacyCorrelator:
 
     def _close(self, state: TransactionState) -> Decision[TransactionState]:
         closed = state.model_copy(update={"rows": (), "status": "closed"})
-        return self._emit(
-            closed, classify(state.rows), clear_deadlines=frozenset({WINDOW_DEADLINE})
+        return Decision(
+            closed,
+            send=self._parts(state.rows),
+            clear_deadlines=frozenset({WINDOW_DEADLINE}),
         )
 
-    def _emit(
-        self,
-        state: TransactionState,
-        events: tuple[Message, ...],
-        clear_deadlines: frozenset[str] = frozenset(),
-    ) -> Decision[TransactionState]:
-        """Publish ``events``; with a ``domain_channel``, also send each one that names a
-        student there, keyed by the student (one process instance per student orders every
-        legacy action of that student). A student id that cannot be a key (control
-        characters) is not sent: the domain could not take it, and the event stays
-        published."""
-        send: tuple[Command, ...] = ()
-        if self.domain_channel is not None:
-            send = tuple(
-                Command(self.domain_channel, student_id, event)
-                for event in events
-                if isinstance(student_id := getattr(event, "student_id", None), str)
-                and student_id.isprintable()
+    def _parts(self, changes: tuple[RowChanged, ...]) -> tuple[Command, ...]:
+        """The business events of ``changes``, each as a part for stage 2. A part's id
+        derives from the rows' positions, so the same rows sent again make the same ids."""
+        if not changes:
+            return ()
+        rows = "|".join(sorted(c.position for c in changes))
+        lsn = max(c.lsn for c in changes)
+        return tuple(
+            Command(
+                self.actions,
+                action_key(event),
+                ActionPart(part_id=derive_id(rows, f"part/{i}"), event=event, lsn=lsn),
             )
-        return Decision(state, send=send, events=events, clear_deadlines=clear_deadlines)
+            for i, event in enumerate(classify(changes))
+        )
 
 
-def classify(changes: tuple[RowChanged, ...]) -> tuple[Message, ...]:
+def classify(changes: tuple[RowChanged, ...]) -> tuple[BusinessEvent, ...]:
     """The business events of the row changes of one action (any order, no duplicates)."""
     ordered = sorted(changes, key=lambda c: (c.lsn, c.position))
     tx_ids = tuple(sorted({c.tx_id for c in ordered if c.tx_id is not None}))
@@ -183,7 +206,7 @@ def classify(changes: tuple[RowChanged, ...]) -> tuple[Message, ...]:
     for link in [x for x in created if x in deleted]:  # deleted and re-created: no change
         created.remove(link)
         deleted.remove(link)
-    events: list[Message] = []
+    events: list[BusinessEvent] = []
     involved: set[str] = set()
     involved_courses: set[str] = set()
     for new in list(created):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -89,6 +89,26 @@ class LegacyDomainState(BaseModel):
 
 @dataclass(frozen=True)
 class LegacyDomain:
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
+        # Every business event the correlator's last stage sends (most move nothing here).
+        lg.StudentEnrolled,
+        lg.EnrollmentChanged,
+        lg.EnrollmentDropped,
+        lg.StudentUpdated,
+        lg.CourseUpdated,
+        lg.MirrorEnrollment,
+        # The replies to the course and student upserts that come before an Enroll.
+        e.CourseSet,
+        e.CourseChangeRefused,
+        e.StudentSet,
+        e.StudentChangeRefused,
+    )
+    FACTS: ClassVar[tuple[type[Message], ...]] = (lg.EnrollmentMirrored, lg.NotMirrored)
+    KEY: ClassVar[str] = (
+        "the legacy student id (business events; course:<id> for a course row alone), or "
+        "the enrollment id it starts (its MirrorEnrollment and the upserts' replies)"
+    )
+
     name: str = "legacy-domain"
     entity_type: str = "legacy-student"
     enrollments: str = "enrollment-saga"

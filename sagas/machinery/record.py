@@ -24,6 +24,10 @@ class Record(BaseModel, Generic[S]):
     seen: tuple[str, ...] = ()
     sequence: int = 0
     deadlines: dict[str, datetime] = {}
+    started_at: datetime | None = None
+    """When the key's first decision was applied (a saga's start: its duration's origin)."""
+    stepped_at: datetime | None = None
+    """When its latest decision was applied (a saga's previous step: its step latency's)."""
 
     def encode(self) -> bytes:
         return self.model_dump_json().encode()

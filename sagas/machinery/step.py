@@ -88,7 +88,13 @@ def _apply(
         sequence += 1
         outbound.append(_event(process, event, ctx, i, sequence))
     new = record.model_copy(
-        update={"state": decision.state, "sequence": sequence, "deadlines": deadlines}
+        update={
+            "state": decision.state,
+            "sequence": sequence,
+            "deadlines": deadlines,
+            "started_at": record.started_at or ctx.now,
+            "stepped_at": ctx.now,
+        }
     )
     return StepResult(new, tuple(outbound))
 

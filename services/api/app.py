@@ -18,6 +18,7 @@ from readside.migrate import is_migrated
 from runtime.settings import Settings
 from services import logsafe
 from services.api import auth, enrollments, orders, products, queries
+from services.api import metrics as api_metrics
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.errors import documented, install_error_handlers
 from services.api.freshness import ReadWatch, database_probe
@@ -59,9 +60,12 @@ def create_api(
     app.state.settings = settings
     app.state.bus = bus
     app.state.access = auth.access_for(settings)
+    app.state.prometheus = api_metrics.ApiPrometheus()
     install_error_handlers(app)
     # Outermost but for Starlette's 500 handler: refuses a long body before anything reads it.
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    # Outside the body limit, so its 413s are counted too.
+    app.add_middleware(api_metrics.RequestMetrics, metrics=app.state.prometheus)
     # Every route can answer these; the routes document the rest (services.api.errors).
     every_route = documented(413, 422)
     keyed = documented(401, 403) if settings.api_auth else {}
@@ -76,6 +80,8 @@ def create_api(
         app.include_router(
             router, responses=every_route | keyed, dependencies=auth.dependencies(settings, "read")
         )
+
+    app.include_router(api_metrics.router, dependencies=auth.dependencies(settings, "read"))
 
     @app.get("/healthz", tags=["health"], response_model=Health, responses=documented(413))
     async def healthz() -> Health:

@@ -13,6 +13,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import LOGGING_CONFIG
 
 from runtime.shutdown import Watchdog, on_stop_signals
 
@@ -33,12 +34,18 @@ class BoundedServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, host: str, port: int, grace_s: float) -> None:
-    """Serve until SIGTERM or SIGINT; exits (code 75) if stopping takes over ``grace_s``."""
+def serve(app: FastAPI, host: str, port: int, grace_s: float, own_logging: bool = False) -> None:
+    """Serve until SIGTERM or SIGINT; exits (code 75) if stopping takes over ``grace_s``.
+    ``own_logging``: uvicorn leaves logging alone (its loggers reach the root's handler,
+    JSON lines included) instead of installing its own text handlers."""
     watchdog = Watchdog("api", grace_s, UNDONE)
     on_stop_signals(watchdog.arm)  # what uvicorn restores and re-raises into after serving
     # Open requests (a GET waiting for a consistency token) get part of the grace period.
     config = uvicorn.Config(
-        app, host=host, port=port, timeout_graceful_shutdown=max(1, int(grace_s / 2))
+        app,
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=max(1, int(grace_s / 2)),
+        log_config=None if own_logging else LOGGING_CONFIG,
     )
     BoundedServer(config, watchdog).run()

@@ -34,10 +34,12 @@ from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from runtime.kafka_security import aiokafka_options, unreachable
+from runtime.logformat import log_context
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
 from services.projector.isolation import database_answers, refused, without
+from services.projector.prometheus import ProjectorPrometheus
 from services.worker.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class Projector:
         self.engine = engine
         self.topic = settings.topic(EVENTS)
         self.totals: Counter[str] = Counter()
+        self.prom = ProjectorPrometheus()
         self._last_prune = float("-inf")
         self._last_housekeeping = time.monotonic()
         self._last_gap_warning = float("-inf")
@@ -100,8 +103,17 @@ class Projector:
         )
         if records:
             await self._handle(records)
+        await self._measure_lag()
         if time.monotonic() - self._last_housekeeping >= HOUSEKEEPING_S:
             await asyncio.to_thread(self._housekeeping)
+
+    async def _measure_lag(self) -> None:
+        """Per partition: the end the last fetch saw, less the next offset to project."""
+        for tp in self._consumer.assignment():
+            end = self._consumer.highwater(tp)
+            if end is not None:
+                behind = end - await self._consumer.position(tp)
+                self.prom.lag.labels(tp.topic, str(tp.partition)).set(max(behind, 0))
 
     async def _assign(self) -> None:
         partitions = await topic_partitions(self._consumer, self.topic)
@@ -220,8 +232,12 @@ class Projector:
         self.totals.update(
             applied=applied.applied, duplicates=applied.duplicates, dead_lettered=dead
         )
+        self.prom.events.labels("applied").inc(applied.applied)
+        self.prom.events.labels("duplicate").inc(applied.duplicates)
+        self.prom.events.labels("dead_lettered").inc(dead)
         for event_type, count in applied.unknown.items():  # each is dead-lettered too
             self.totals["unknown_type"] += count
+            self.prom.events.labels("unknown_type").inc(count)
             log.warning(
                 "skipped %d event(s) of unknown type %r (their sequence numbers still count); "
                 "upgrade the projector and rebuild the read models to show them",
@@ -235,13 +251,14 @@ class Projector:
         self, record: ConsumerRecord, reason: str, malformed: bool = True
     ) -> DeadLetter:
         if malformed:
-            log.warning(
-                "dead-lettering %s[%d]@%d: %s",
-                record.topic,
-                record.partition,
-                record.offset,
-                reason,
-            )
+            with log_context(topic=record.topic, partition=record.partition, offset=record.offset):
+                log.warning(
+                    "dead-lettering %s[%d]@%d: %s",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    reason,
+                )
         return DeadLetter.of(record, reason, STAGE, self.settings.deadletter_inline_max_bytes)
 
     # --- housekeeping ------------------------------------------------------------------
@@ -257,9 +274,13 @@ class Projector:
             log.warning("housekeeping failed: %s", exc)
 
     def _warn_about_gaps(self) -> None:
-        older_than = datetime.now(UTC) - timedelta(seconds=self.settings.gap_alert_s)
+        now = datetime.now(UTC)
+        older_than = now - timedelta(seconds=self.settings.gap_alert_s)
         with self.engine.connect() as conn:
             stuck = queries.held_before(conn, older_than)
+            held = queries.held_before(conn, now + timedelta(days=1), examples=0)
+        self.prom.held.set(held.count)
+        self.prom.held_alerting.set(stuck.count)
         quiet = time.monotonic() - self._last_gap_warning < self.settings.gap_alert_s
         if not stuck.count or quiet:
             return
@@ -305,8 +326,10 @@ async def serve(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     engine = create_read_engine(settings.database_url_with_password())
+    projector = Projector(settings, engine)
+    metrics = projector.prom.serve(settings.projector_metrics_host, settings.projector_metrics_port)
     try:
-        await Projector(settings, engine).run(stop)
+        await projector.run(stop)
     except BaseException as exc:
         if not stop.is_set():
             raise
@@ -316,3 +339,5 @@ async def serve(settings: Settings) -> None:
         watchdog.fail(exc)
     finally:
         engine.dispose()
+        if metrics is not None:
+            metrics.shutdown()

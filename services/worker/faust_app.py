@@ -20,6 +20,7 @@ from aiokafka.structs import RecordMetadata
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.kafka_security import aiokafka_options, faust_credentials
 from runtime.settings import Settings
@@ -152,7 +153,11 @@ def create_app(
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
         web_port=settings.worker_web_port,
-        web_host="127.0.0.1",
+        # web_bind is the address the server listens on (Faust's default: every
+        # interface); web_host only names it in URLs. /metrics has no key, so both follow
+        # the setting, loopback unless told otherwise.
+        web_bind=settings.worker_web_host,
+        web_host=settings.worker_web_host,
         table_cleanup_interval=3600.0,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=settings.session_timeout_s / 4,
@@ -164,7 +169,7 @@ def create_app(
         consumers.append(_register_ingest(app, settings, metrics))
     _resume_from_stored_positions(app, consumers, settings.start_without_position)
     _register_deadline_timer(app, settings, runners)
-    _register_metrics(app, settings, metrics)
+    _register_metrics(app, settings, metrics, runners)
     return app, runners
 
 
@@ -423,11 +428,38 @@ def _tick(key: str, now: datetime) -> bytes:
     return tick.encode()
 
 
-def _register_metrics(app: faust.App, settings: Settings, metrics: Metrics) -> None:
+def _register_metrics(
+    app: faust.App, settings: Settings, metrics: Metrics, runners: list[ProcessRunner]
+) -> None:
     @app.page("/sagaline/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
         return web.json(metrics.snapshot())
 
+    @app.page("/metrics")
+    async def prometheus_view(web: Any, request: Any) -> Any:
+        try:
+            await _measure_lag(app, metrics, runners)
+        except Exception as exc:  # a scrape during a rebalance: serve the rest
+            log.debug("lag not measured: %s", exc)
+        # aiohttp refuses a content_type with a charset: the header is set whole instead.
+        return web.bytes(
+            generate_latest(metrics.prom.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
     @app.timer(interval=settings.metrics_log_s)  # type: ignore[untyped-decorator]
     async def log_metrics() -> None:
         log.info("metrics %s", metrics.snapshot())
+
+
+async def _measure_lag(app: faust.App, metrics: Metrics, runners: list[ProcessRunner]) -> None:
+    """Per owned input partition: its end offset less the position stored for it (what is
+    left to process; a partition with no stored position yet counts from offset 0)."""
+    by_topic = {runner.topic: runner for runner in runners}
+    owned = [tp for tp in app.consumer.assignment() if tp.topic in by_topic]
+    ends = await app.consumer.highwaters(*owned) if owned else {}
+    metrics.prom.lag.clear()  # partitions handed to another worker drop out
+    for tp in owned:
+        stored = by_topic[tp.topic].table.load_position(tp.topic, tp.partition) or 0
+        end = ends.get(tp)
+        if end is not None:
+            metrics.prom.lag.labels(tp.topic, str(tp.partition)).set(max(end - stored, 0))

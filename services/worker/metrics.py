@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from services.worker.prometheus import WorkerPrometheus
+
 
 @dataclass
 class Metrics:
     counts: Counter[str] = field(default_factory=Counter)
     seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    prom: WorkerPrometheus = field(default_factory=WorkerPrometheus)
+    """The same counts and more, for Prometheus (served at /metrics)."""
 
     def inc(self, process: str, what: str, n: int = 1) -> None:
         self.counts[f"{process}.{what}"] += n

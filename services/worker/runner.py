@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from runtime.logformat import log_context
 from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
 from sagas.machinery.step import StepResult, step
@@ -163,14 +164,19 @@ class ProcessRunner:
         dead: list[DeadLetter] = []
         now = self.clock()
         started = time.perf_counter()
+        applied: list[_Decided] = []
+        duplicates = 0
         for record in plan.admitted(batch):
             result = self._decide(record, fresh, now, dead)
+            if result is not None and not result.result.changed:
+                duplicates += 1
             if result is None or not result.result.changed:
                 continue
             encoded = [self._encode(o) for o in result.result.outbound]
             if too_large := self._too_large(encoded):
                 dead.append(self._letter(record, too_large))
                 continue
+            applied.append(result)
             fresh[result.record_key] = result.result.record
             partitions[result.record_key] = record.partition
             outbound.extend(encoded)
@@ -182,6 +188,18 @@ class ProcessRunner:
         for key, rec in fresh.items():
             self.deadlines.schedule(key, rec.next_deadline())
         self._count_skipped(plan)
+        # Served once stored: a failed batch is retried, and counted then (the JSON counters
+        # above count at decide time, retries included).
+        self.metrics.prom.count_batch(self.process.name, len(applied), duplicates, len(dead))
+        for done in applied:
+            self.metrics.prom.observe(
+                self.process.name,
+                self.process.entity_type,
+                done.envelope,
+                done.before,
+                done.result,
+                now,
+            )
         self.positions.commit(plan)
         await self._rewind(plan)
         name = self.process.name
@@ -210,9 +228,31 @@ class ProcessRunner:
         now: datetime,
         dead: list[DeadLetter],
     ) -> _Decided | None:
+        with log_context(
+            topic=incoming.topic, partition=incoming.partition, offset=incoming.offset
+        ) as bound:
+            return self._decide_in_context(incoming, fresh, now, dead, bound)
+
+    def _decide_in_context(
+        self,
+        incoming: Incoming,
+        fresh: dict[str, Record[Any]],
+        now: datetime,
+        dead: list[DeadLetter],
+        bound: dict[str, Any],
+    ) -> _Decided | None:
         name = self.process.name
         try:
             envelope = Envelope.decode(incoming.value)
+            bound.update(
+                (k, v)
+                for k, v in (
+                    ("message_id", envelope.message_id),
+                    ("saga_id", envelope.saga_id),
+                    ("causation_id", envelope.causation_id),
+                )
+                if v is not None
+            )
             key = envelope.key
             # The record's key chose the partition, hence the table partition the state lives
             # in: a record without one, or with another key than its envelope's, would read
@@ -235,7 +275,7 @@ class ProcessRunner:
             dead.append(self._letter(incoming, f"{type(exc).__name__}: {exc}"))
             return None
         self.metrics.inc(name, "duplicates" if result.duplicate else "processed")
-        return _Decided(key, result)
+        return _Decided(key, result, envelope, current)
 
     def _letter(self, record: Incoming, reason: str) -> DeadLetter:
         return DeadLetter.of(record, reason, self.process.name, self.deadletter_inline_max_bytes)
@@ -282,6 +322,8 @@ class _Encoded:
 class _Decided:
     record_key: str
     result: StepResult
+    envelope: Envelope
+    before: Record[Any] | None
 
 
 # --- what every runner of positioned input does once a batch's effects are durable --------

@@ -62,6 +62,7 @@ def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
         "partitions": 4,
         "data_dir": tmp / "worker-data",
         "worker_web_port": free_port(),
+        "projector_metrics_port": free_port(),
         "payment_silent_methods": "hang",
         "step_timeout_s": 20.0,
         "reservation_ttl_s": 120.0,
