@@ -9,7 +9,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install stack-up stack-down browser run stop demo test test-unit lint format bench faults clean
 
+# The virtualenv, and the Kafka Connect + Debezium jars (legacy CDC): nothing downloads at
+# run time. (Kafka's jars come with kafka.sh start, Spark's with stack-up.)
 install: $(STAMP)
+	@deploy/local/connect.sh fetch
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,7 +20,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Kafka and PostgreSQL started, the Spark rebuild's jars fetched (once; never at run time).
+# PostgreSQL, Kafka and Kafka Connect (Debezium on the legacy database) started, the Spark
+# rebuild's jars fetched (once; never at run time).
 stack-up:
 	deploy/local/stack.sh up
 	deploy/local/spark.sh fetch
@@ -29,34 +33,42 @@ browser:
 stack-down:
 	deploy/local/stack.sh down
 
-# Start the broker, create topics, migrate the read-model DB, start worker, projector and
-# API in the background, then place a few demo orders and print their outcomes.
+# Start PostgreSQL (the legacy database), the broker and Kafka Connect with Debezium, create
+# topics, migrate the read-model DB, start worker (legacy CDC on: it drives enrollments),
+# projector and API in the background, then place a few demo orders and print their outcomes.
 run: install
+	deploy/local/postgres.sh start
 	deploy/local/kafka.sh start
+	deploy/local/connect.sh start
 	mkdir -p $(LOGS)
 	$(BIN)/sagaline topics create
 	$(BIN)/sagaline db upgrade
 	@echo "API key of this machine (.local/api-key; the API keeps only its hash, in .local/api-keys):"
 	@$(BIN)/sagaline keys local
-	$(MAKE) --no-print-directory stop >/dev/null
-	nohup $(BIN)/sagaline worker > $(LOGS)/worker.log 2>&1 & echo $$! > $(LOGS)/worker.pid
+	@deploy/local/stop.sh $(LOGS) >/dev/null
+	SAGALINE_CDC_ENABLED=true SAGALINE_CDC_DRIVES_ENROLLMENT=true \
+	  nohup $(BIN)/sagaline worker > $(LOGS)/worker.log 2>&1 & echo $$! > $(LOGS)/worker.pid
 	nohup $(BIN)/sagaline projector > $(LOGS)/projector.log 2>&1 & echo $$! > $(LOGS)/projector.pid
 	nohup $(BIN)/sagaline api > $(LOGS)/api.log 2>&1 & echo $$! > $(LOGS)/api.pid
 	$(BIN)/sagaline demo
 	@echo
 	@echo "Worker, projector and API keep running (logs in $(LOGS)/). API docs: http://127.0.0.1:8000/docs"
 	@echo "Send the key above as 'Authorization: Bearer <key>'; 'sagaline keys --help' makes more."
-	@echo "Stop them with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
+	@echo "Legacy CDC is on: rows written to the legacy database (psql -h 127.0.0.1 -p 55432 -U sagaline legacy;"
+	@echo "  schema school) become legacy.* events and enrollments (README, 'Legacy database (CDC)')."
+	@echo "Stop them and Kafka Connect with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
 
-# SIGTERM, up to 12 s for a clean stop, then SIGKILL (and a line) for whatever remains.
+# SIGTERM, up to 12 s for a clean stop, then SIGKILL (and a line) for whatever remains; then
+# the Kafka Connect worker (it commits its offsets and resumes from them on the next start).
 stop:
 	@deploy/local/stop.sh $(LOGS)
+	@deploy/local/connect.sh stop
 
 demo: install
 	$(BIN)/sagaline demo
 
-# The whole suite against real services: Kafka, PostgreSQL and Spark are started here,
-# Chromium installed for the console's browser test.
+# The whole suite against real services: Kafka, PostgreSQL, Kafka Connect and Spark are
+# started here, Chromium installed for the console's browser test.
 test: install stack-up browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

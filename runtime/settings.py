@@ -275,6 +275,39 @@ class Settings(BaseSettings):
         description="Pause after the staging tables are full, before the swap; only for kill tests (0 in production)",
     )
 
+    # --- change data capture from the legacy school database (issue 10) --------------
+    legacy_database_url: str = Field(
+        "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/legacy",
+        description="SQLAlchemy URL of the legacy school database (schema `school`, deploy/local/legacy/school.sql) whose changes Debezium captures; used by the tests and demos that write legacy rows, never by the correlator (it reads only the Debezium topics)",
+    )
+    cdc_window_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long the CDC correlator waits for the other rows of one legacy transaction (student, course, link) when no END record says they are all in; its second stage holds a creation or an enrollment twice as long for the rest of an action spread over several transactions. Longer merges more rows into one event, and delays events by as much: at worst three windows (sagas/definitions/legacy_actions.py)",
+    )
+    cdc_retention_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How long the CDC correlator keeps an idle transaction's, student's or course's state (the positions and ids it drops redeliveries by) before it resets it; a Debezium redelivery older than this is caught only by the worker's window of message ids. At least a few windows",
+    )
+    cdc_enabled: bool = Field(
+        False,
+        description="Run the CDC ingest edge in the worker: read Debezium's legacy topics (SAGALINE_CDC_TOPIC_PREFIX), decode and re-key each change for the correlator; `make run` turns it on. The topics must exist (Kafka Connect creates them: deploy/local/connect.sh start)",
+    )
+    cdc_topic_prefix: str = Field(
+        "legacy",
+        description="Debezium's `topic.prefix`: the worker reads `<prefix>.school.student`, `<prefix>.school.course`, `<prefix>.school.student_course` and `<prefix>.transaction`; set it to read an existing Debezium deployment's topics",
+    )
+    cdc_topic_partitions: int = Field(
+        1,
+        ge=1,
+        description="Partitions of each of the four Debezium topics; the worker refuses to start on a mismatch (the ingest keeps its read positions in a table partitioned like them)",
+    )
+    cdc_drives_enrollment: bool = Field(
+        False,
+        description="A legacy enrollment starts an enrollment saga (after upserting the course's capacity and the student's max credits from their rows) and a legacy drop drops it, so rosters and seat limits see legacy enrollments; `make run` turns it on",
+    )
+
     @model_validator(mode="after")
     def _credentials_are_whole(self) -> Settings:
         """Refuse at start what would only fail at the first connection, and say why."""

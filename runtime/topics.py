@@ -26,6 +26,7 @@ from sagas.catalog import INVENTORY as INVENTORY
 from sagas.catalog import ORDER_SAGA as ORDER_SAGA
 from sagas.catalog import PAYMENT as PAYMENT
 from sagas.catalog import PROCESS_CHANNELS as PROCESS_CHANNELS
+from sagas.contracts import debezium_records
 from sagas.contracts.deadletters import DeadLetterBody, RedriveRecord
 from sagas.messages import Message
 
@@ -138,6 +139,16 @@ def declared_topics(settings: Settings) -> list[TopicSpec]:
         )
         for ch in PROCESS_CHANNELS
     )
+    if settings.cdc_enabled:
+        # The ingest's positions, partitioned like the Debezium topics it reads, so Faust
+        # assigns a Debezium partition and its positions to the same worker.
+        specs.append(
+            TopicSpec(
+                changelog_topic(settings, LEGACY_INGEST),
+                settings.cdc_topic_partitions,
+                {"cleanup.policy": "compact"},
+            )
+        )
     return specs
 
 
@@ -155,12 +166,68 @@ def _process_records(channel: str) -> Records:
     )
 
 
+LEGACY_TABLES = ("student", "course", "student_course")
+"""The legacy school tables Debezium captures (``deploy/local/legacy/school.sql``)."""
+LEGACY_INGEST = "legacy-ingest"
+"""The worker's Debezium ingest edge: names its agent and its table of read positions."""
+
+
+def legacy_table_topics(settings: Settings) -> list[str]:
+    """Debezium's change topics of the legacy tables: ``<prefix>.<schema>.<table>``."""
+    return [f"{settings.cdc_topic_prefix}.school.{table}" for table in LEGACY_TABLES]
+
+
+def legacy_transaction_topic(settings: Settings) -> str:
+    """Debezium's transaction metadata topic (``provide.transaction.metadata=true``)."""
+    return f"{settings.cdc_topic_prefix}.transaction"
+
+
 def external_topics(settings: Settings) -> list[TopicSpec]:
-    """Topics other systems create and Sagaline reads (Kafka Connect's, say): declared for
-    the AsyncAPI document, never created nor checked by ``sagaline topics``. A
-    ``TopicSpec`` here names its partitions as the other system creates them and its
-    :class:`Records` with the value's model (``body``)."""
-    return []
+    """Topics Sagaline reads but does not own: Debezium's, created by Kafka Connect (the
+    local worker: ``deploy/local/connect.sh start``; or an existing deployment's). Never
+    created by ``topics create``; checked at the worker's start when CDC is on, since the
+    ingest's positions table is partitioned like them; always in the AsyncAPI document."""
+    n = settings.cdc_topic_partitions
+    debezium = "Debezium's PostgreSQL connector (Kafka Connect)"
+    ingest = f"the worker's `{LEGACY_INGEST}` edge (SAGALINE_CDC_ENABLED)"
+    wrapper = (
+        " With the JSON converter's schemas.enable=true the value is "
+        '{"schema": ..., "payload": <this>}; a tombstone (null value) follows each delete.'
+    )
+    specs = [
+        TopicSpec(
+            topic,
+            n,
+            records=Records(
+                f"Changes of the legacy `school.{table}` table, one per row change.{wrapper}",
+                key=f"Debezium's JSON of the row's primary key: {key}",
+                body=debezium_records.BY_TABLE[table],
+                producers=debezium,
+                consumers=ingest,
+            ),
+        )
+        for table, topic, key in zip(
+            LEGACY_TABLES,
+            legacy_table_topics(settings),
+            ('{"id": ...}', '{"id": ...}', '{"student_id": ..., "course_id": ...}'),
+            strict=True,
+        )
+    ]
+    specs.append(
+        TopicSpec(
+            legacy_transaction_topic(settings),
+            n,
+            records=Records(
+                "BEGIN and END of every source transaction (provide.transaction.metadata=true)"
+                f": END's event_count closes the transaction in the correlator.{wrapper}",
+                key='Debezium\'s JSON {"id": "<txId>:<lsn>"}',
+                body=debezium_records.DebeziumTransaction,
+                producers=debezium,
+                consumers=ingest,
+            ),
+        )
+    )
+    return specs
 
 
 def documented_topics(settings: Settings) -> list[TopicSpec]:
@@ -243,8 +310,13 @@ async def check_topics(settings: Settings, wait_s: float = 10.0) -> None:
 
 async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
     admin = await _started_admin(settings)
+    # Debezium's topics are checked only when the worker reads them.
+    external = {s.name for s in external_topics(settings)} if settings.cdc_enabled else set()
     try:
-        specs = declared_topics(settings)
+        specs = [
+            *declared_topics(settings),
+            *(s for s in external_topics(settings) if s.name in external),
+        ]
         described = await admin.describe_topics([s.name for s in specs])
     finally:
         await admin.close()
@@ -253,7 +325,12 @@ async def _topic_problems(settings: Settings) -> tuple[list[str], bool]:
     missing_only = True
     for spec in specs:
         actual = found.get(spec.name)
-        if actual is None:
+        if actual is None and spec.name in external:
+            problems.append(
+                f"{spec.name}: missing; it is Debezium's, created by Kafka Connect "
+                "(deploy/local/connect.sh start), or check SAGALINE_CDC_TOPIC_PREFIX"
+            )
+        elif actual is None:
             problems.append(f"{spec.name}: missing (run `sagaline topics create`)")
         elif actual != spec.partitions:
             missing_only = False

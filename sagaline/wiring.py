@@ -7,8 +7,18 @@ from typing import Any
 
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT
-from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
+from sagas.catalog import (
+    COURSE,
+    ENROLLMENT_SAGA,
+    LEGACY_ACTIONS,
+    LEGACY_DOMAIN,
+    LEGACY_TX,
+    STUDENT,
+)
 from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.definitions.legacy_actions import ActionCorrelator
+from sagas.definitions.legacy_correlator import LegacyCorrelator
+from sagas.definitions.legacy_domain import LegacyDomain
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
 from sagas.participants.course import CourseSeats
@@ -18,6 +28,10 @@ from sagas.participants.student import StudentCredits
 
 
 def build_processes(settings: Settings) -> list[Process[Any]]:
+    """Every process the worker runs."""
+    # The legacy CDC correlator's last stage also sends its business events into the
+    # enrollment domain when told to (None: published only as events).
+    domain_channel = LEGACY_DOMAIN if settings.cdc_drives_enrollment else None
     saga = OrderSaga(
         name=ORDER_SAGA,
         inventory=INVENTORY,
@@ -46,4 +60,31 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         enrollment,
         CourseSeats(name=COURSE),
         StudentCredits(name=STUDENT),
+        *build_legacy_correlator(settings, domain_channel=domain_channel),
+        # Always runs (idle without CDC input): only with SAGALINE_CDC_DRIVES_ENROLLMENT does
+        # the correlator's last stage send it the business events.
+        LegacyDomain(
+            name=LEGACY_DOMAIN, enrollments=ENROLLMENT_SAGA, courses=COURSE, students=STUDENT
+        ),
+    ]
+
+
+def build_legacy_correlator(
+    settings: Settings, *, domain_channel: str | None = None
+) -> list[Process[Any]]:
+    """The legacy CDC correlator's two stages. Stage 2 holds a part twice the window: the
+    parts of one action whose transactions lie within a window of each other reach it up to
+    two windows apart (sagas/definitions/legacy_actions.py, "Timing")."""
+    window = timedelta(seconds=settings.cdc_window_s)
+    retention = timedelta(seconds=settings.cdc_retention_s)
+    return [
+        LegacyCorrelator(
+            window=window, actions=LEGACY_ACTIONS, retention=retention, name=LEGACY_TX
+        ),
+        ActionCorrelator(
+            hold=2 * window,
+            retention=retention,
+            domain_channel=domain_channel,
+            name=LEGACY_ACTIONS,
+        ),
     ]

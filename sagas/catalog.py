@@ -13,6 +13,9 @@ from typing import Any
 import sagas.contracts  # noqa: F401  (registers every contract)
 from sagas.contracts.system import Tick
 from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.definitions.legacy_actions import ActionCorrelator
+from sagas.definitions.legacy_correlator import LegacyCorrelator
+from sagas.definitions.legacy_domain import LegacyDomain
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
 from sagas.messages import Message
@@ -29,6 +32,13 @@ from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
 ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
+LEGACY_TX, LEGACY_ACTIONS = "legacy-tx", "legacy-actions"
+"""The legacy CDC correlator's two stages (issue 10): per source transaction (fed by the
+worker's Debezium ingest edge), then per student or course
+(sagas/definitions/legacy_correlator.py, legacy_actions.py)."""
+LEGACY_DOMAIN = "legacy-domain"
+"""The process that drives the enrollment domain from the business events
+(SAGALINE_CDC_DRIVES_ENROLLMENT; sagas/definitions/legacy_domain.py)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ CHANNELS: tuple[ProcessChannel, ...] = (
     ProcessChannel(ENROLLMENT_SAGA, EnrollmentSaga),
     ProcessChannel(COURSE, CourseSeats),
     ProcessChannel(STUDENT, StudentCredits),
+    ProcessChannel(LEGACY_TX, LegacyCorrelator),
+    ProcessChannel(LEGACY_ACTIONS, ActionCorrelator),
+    ProcessChannel(LEGACY_DOMAIN, LegacyDomain),
 )
 PROCESS_CHANNELS: tuple[str, ...] = tuple(c.name for c in CHANNELS)
 """The channel (topic and table) of every saga and participant process; the wiring

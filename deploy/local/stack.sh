@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The whole Sagaline local stack (Kafka + PostgreSQL) in one command.
+# The whole Sagaline local stack (PostgreSQL + Kafka + Kafka Connect) in one command.
 #
 # Usage: deploy/local/stack.sh up|down|status|reset
-#   up      start PostgreSQL, then Kafka (installing/fetching on first use);
-#           idempotent: already-running services are only health-checked
-#   down    stop Kafka, then PostgreSQL (both are attempted even if one fails)
-#   status  exit 0 only if both services are running
-#   reset   down + delete both services' data (jars and packages are kept)
+#   up      start PostgreSQL, then Kafka, then Kafka Connect with the Debezium connector
+#           on the legacy database (installing/fetching on first use); idempotent:
+#           already-running services are only health-checked
+#   down    stop Kafka Connect, Kafka, then PostgreSQL (each attempted even if one fails)
+#   status  exit 0 only if all three are running
+#   reset   down + delete Kafka's and PostgreSQL's data (jars and packages are kept)
 #
 # Same environment variables as kafka.sh and postgres.sh
 # (SAGALINE_KAFKA_PORT, SAGALINE_KAFKA_CONTROLLER_PORT, SAGALINE_KAFKA_SASL_PORT,
@@ -22,6 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 HERE="${SAGALINE_ROOT}/deploy/local"
 KAFKA="${HERE}/kafka.sh"
 POSTGRES="${HERE}/postgres.sh"
+CONNECT="${HERE}/connect.sh"
 
 cmd_up() {
   local t0=$SECONDS
@@ -29,15 +31,19 @@ cmd_up() {
   # install is the step most likely to fail — fail before fetching jars.
   "$POSTGRES" start
   "$KAFKA" start
+  # Debezium needs both: the legacy database (wal_level = logical) and the broker.
+  "$CONNECT" start
   log "stack up in $((SECONDS - t0)) s"
   log "  Kafka bootstrap: $("$KAFKA" bootstrap)"
   log "  Kafka SASL/SCRAM: $("$KAFKA" sasl-bootstrap || echo off)"
   log "  Database URL:    $("$POSTGRES" url)"
+  log "  Kafka Connect:   $("$CONNECT" url) (connector legacy-school, topics legacy.*)"
 }
 
 # Run every stop even if an earlier one fails, then report overall failure.
 cmd_down() {
   local rc=0
+  "$CONNECT" stop || rc=$?
   "$KAFKA" stop || rc=$?
   "$POSTGRES" stop || rc=$?
   return "$rc"
@@ -45,6 +51,7 @@ cmd_down() {
 
 cmd_status() {
   local rc=0
+  "$CONNECT" status || rc=3
   "$KAFKA" status || rc=3
   "$POSTGRES" status || rc=3
   return "$rc"
@@ -52,6 +59,7 @@ cmd_status() {
 
 cmd_reset() {
   local rc=0
+  "$CONNECT" stop || rc=$?
   "$KAFKA" reset || rc=$?
   "$POSTGRES" reset || rc=$?
   return "$rc"

@@ -3,6 +3,6 @@
 Importing this package registers every contract with :class:`sagas.messages.Message`.
 """
 
-from sagas.contracts import enrollment, ledger, orders, payment, system
+from sagas.contracts import enrollment, ledger, legacy, orders, payment, system
 
-__all__ = ["enrollment", "ledger", "orders", "payment", "system"]
+__all__ = ["enrollment", "ledger", "legacy", "orders", "payment", "system"]

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,14 +24,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.kafka_security import aiokafka_options, faust_credentials
 from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, table_name
+from runtime.topics import (
+    DEAD_LETTERS,
+    LEGACY_INGEST,
+    legacy_table_topics,
+    legacy_transaction_topic,
+    table_name,
+)
+from sagas.catalog import LEGACY_TX
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
+from services.worker.ingest import DebeziumIngest
 from services.worker.metrics import Metrics
-from services.worker.positions import POSITION_KEY_PREFIX, position_key
-from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite
+from services.worker.positions import POSITION_KEY_PREFIX, InputPositions, position_key
+from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite, Table
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +164,10 @@ def create_app(
     )
     metrics = metrics or Metrics()
     runners = [_register(app, settings, process, metrics) for process in processes]
-    _resume_from_stored_positions(app, runners, settings.start_without_position)
+    consumers: list[Batched] = [*runners]
+    if settings.cdc_enabled:
+        consumers.append(_register_ingest(app, settings, metrics))
+    _resume_from_stored_positions(app, consumers, settings.start_without_position)
     _register_deadline_timer(app, settings, runners)
     _register_metrics(app, settings, metrics, runners)
     return app, runners
@@ -166,39 +177,82 @@ def _register(
     app: faust.App, settings: Settings, process: Process[Any], metrics: Metrics
 ) -> ProcessRunner:
     topic = app.topic(settings.topic(process.name), key_type=bytes, value_type=bytes)
-    table = app.Table(
-        table_name(process.name),
-        partitions=settings.partitions,
+    table = _table(app, settings, process.name, settings.partitions)
+    ports = _Ports(app, settings)
+    runner = ProcessRunner(
+        process=process,
+        table=FaustTable(table, ports.send_to),
+        send=ports.send,
+        topic_for=settings.topic,
+        dead_letter_topic=settings.topic(DEAD_LETTERS),
+        metrics=metrics,
+        seen_window=settings.seen_window,
+        seek=ports.seek,
+        first_offset=ports.probe.first_at_or_after,
+        max_message_bytes=settings.max_message_bytes,
+        deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
+    )
+    _agent(app, settings, topic, process.name, runner)
+    runner.faust_table = table  # type: ignore[attr-defined]
+    return runner
+
+
+def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> DebeziumIngest:
+    """The Debezium ingest edge (SAGALINE_CDC_ENABLED): one agent over Debezium's four legacy
+    topics, its read positions in a table partitioned like them (see
+    :mod:`services.worker.ingest`)."""
+    names = [*legacy_table_topics(settings), legacy_transaction_topic(settings)]
+    topic = app.topic(*names, key_type=bytes, value_type=bytes)
+    table = _table(app, settings, LEGACY_INGEST, settings.cdc_topic_partitions)
+    ports = _Ports(app, settings)
+    ingest = DebeziumIngest(
+        name=LEGACY_INGEST,
+        table_topics=tuple(legacy_table_topics(settings)),
+        transaction_topic=legacy_transaction_topic(settings),
+        correlator_topic=settings.topic(LEGACY_TX),
+        table=FaustTable(table, ports.send_to),
+        send=ports.send,
+        dead_letter_topic=settings.topic(DEAD_LETTERS),
+        metrics=metrics,
+        seek=ports.seek,
+        first_offset=ports.probe.first_at_or_after,
+        deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
+    )
+    _agent(app, settings, topic, LEGACY_INGEST, ingest)
+    return ingest
+
+
+def _table(app: faust.App, settings: Settings, channel: str, partitions: int) -> Any:
+    return app.Table(
+        table_name(channel),
+        partitions=partitions,
         key_type=bytes,
         value_type=bytes,
         options=_rocksdb_options(settings) if settings.store == "rocksdb" else None,
     )
 
-    async def send(topic_name: str, key: bytes, value: bytes) -> Any:
-        return await app.producer.send(topic_name, key, value, None, None, None)
 
-    async def send_to(topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
-        return await app.producer.send(topic_name, key, value, partition, None, None)
+class _Ports:
+    """What a batch consumer reaches Kafka through: the app's producer and consumer, and a
+    probe of its own for seeks over gaps."""
 
-    async def seek(topic_name: str, partition: int, offset: int) -> None:
-        await app.consumer.seek(TP(topic_name, partition), offset)
+    def __init__(self, app: faust.App, settings: Settings) -> None:
+        self.app = app
+        self.probe = OffsetProbe(settings)
+        app.on_before_shutdown.connect(self.probe.close_on_signal)
 
-    probe = OffsetProbe(settings)
-    app.on_before_shutdown.connect(probe.close_on_signal)
+    async def send(self, topic_name: str, key: bytes, value: bytes) -> Any:
+        return await self.app.producer.send(topic_name, key, value, None, None, None)
 
-    runner = ProcessRunner(
-        process=process,
-        table=FaustTable(table, send_to),
-        send=send,
-        topic_for=settings.topic,
-        dead_letter_topic=settings.topic(DEAD_LETTERS),
-        metrics=metrics,
-        seen_window=settings.seen_window,
-        seek=seek,
-        first_offset=probe.first_at_or_after,
-        max_message_bytes=settings.max_message_bytes,
-        deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
-    )
+    async def send_to(self, topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
+        return await self.app.producer.send(topic_name, key, value, partition, None, None)
+
+    async def seek(self, topic_name: str, partition: int, offset: int) -> None:
+        await self.app.consumer.seek(TP(topic_name, partition), offset)
+
+
+def _agent(app: faust.App, settings: Settings, topic: Any, name: str, consumer: Batched) -> None:
+    """One agent feeding ``consumer`` batches of ``topic``'s records until each is done."""
     within = settings.batch_within_ms / 1000
 
     async def agent(stream: Any) -> None:
@@ -213,11 +267,9 @@ def _register(
                 )
                 for e in events
             ]
-            await _handle_until_done(app, runner, batch)
+            await _handle_until_done(app, consumer, batch)
 
-    app.agent(topic, name=process.name)(agent)
-    runner.faust_table = table  # type: ignore[attr-defined]
-    return runner
+    app.agent(topic, name=name)(agent)
 
 
 class OffsetProbe:
@@ -254,7 +306,23 @@ class OffsetProbe:
             self._consumer = None
 
 
-async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[Incoming]) -> None:
+class Batched(Protocol):
+    """What consumes positioned input in batches: a process runner or an ingest edge."""
+
+    metrics: Metrics
+    table: Table
+    positions: InputPositions
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def input_topics(self) -> tuple[str, ...]: ...
+
+    async def handle_batch(self, batch: Sequence[Incoming]) -> None: ...
+
+
+async def _handle_until_done(app: faust.App, runner: Batched, batch: list[Incoming]) -> None:
     """Retry a failed batch (broker down, send timed out) with capped backoff until it is
     done: Faust acks a batch's events whatever happens, so giving up here would skip them.
     Records of partitions this worker no longer owns are left to their new owner, which
@@ -265,10 +333,10 @@ async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[
             await runner.handle_batch(batch)
             return
         except Exception as exc:
-            runner.metrics.inc(runner.process.name, "batch_retries")
+            runner.metrics.inc(runner.name, "batch_retries")
             log.warning(
                 "%s: a batch of %d record(s) failed (%s: %s); retrying in %.1f s",
-                runner.process.name,
+                runner.name,
                 len(batch),
                 type(exc).__name__,
                 exc,
@@ -281,7 +349,7 @@ async def _handle_until_done(app: faust.App, runner: ProcessRunner, batch: list[
 
 
 def _resume_from_stored_positions(
-    app: faust.App, runners: list[ProcessRunner], without_position: str
+    app: faust.App, runners: Sequence[Batched], without_position: str
 ) -> None:
     """After every assignment Faust seeks each partition to its committed offset, once the
     tables are recovered; then seek the process topics to the positions stored in the
@@ -298,7 +366,7 @@ def _resume_from_stored_positions(
         await seek_to_committed()
         for runner in runners:
             runner.positions.forget()
-        by_topic = {runner.topic: runner for runner in runners}
+        by_topic = {topic: runner for runner in runners for topic in runner.input_topics}
         for tp in consumer.assignment():
             owner = by_topic.get(tp.topic)
             if owner is None:

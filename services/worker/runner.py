@@ -138,6 +138,14 @@ class ProcessRunner:
         """The topic this process consumes."""
         return self.topic_for(self.process.name)
 
+    @property
+    def name(self) -> str:
+        return self.process.name
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        return (self.topic,)
+
     def rebuild_deadlines(self, items: Iterable[tuple[str, bytes]], monotonic_now: float) -> None:
         """Re-index the deadlines of every key this worker's table holds."""
         entries = ((k, self._codec.model_validate_json(raw).next_deadline()) for k, raw in items)
@@ -203,57 +211,15 @@ class ProcessRunner:
 
     @staticmethod
     def _positions_to_store(plan: Plan, batch: Sequence[Incoming]) -> Positions:
-        """The partitions this batch processed something of moved on; the others did not."""
-        processed = {
-            (record.topic, record.partition)
-            for record, verdict in zip(batch, plan.verdicts, strict=True)
-            if verdict == "process"
-        }
-        return {tp: offset for tp, offset in plan.next_offsets().items() if tp in processed}
+        return positions_to_store(plan, batch)
 
     def _count_skipped(self, plan: Plan) -> None:
-        name = self.process.name
-        for verdict in ("replayed", "stale"):
-            if n := plan.verdicts.count(verdict):
-                self.metrics.inc(name, f"skipped_{verdict}", n)
+        count_skipped(self.metrics, self.process.name, plan)
 
     async def _rewind(self, plan: Plan) -> None:
-        for rewind in plan.rewinds:
-            try:
-                await self._seek_back(rewind.topic, rewind.partition, rewind.offset)
-            except Exception:
-                # The records past the gap keep arriving: the seek is asked for again.
-                log.exception("%s: seek failed; will retry", self.process.name)
-
-    async def _seek_back(self, topic: str, partition: int, offset: int) -> None:
-        name = self.process.name
-        self.metrics.inc(name, "rewinds")
-        exists_from = await self.first_offset(topic, partition, offset)
-        if exists_from is not None and self.positions.skip_missing(
-            topic, partition, offset, exists_from
-        ):
-            self.metrics.inc(name, "offsets_missing", exists_from - offset)
-            log.warning(
-                "%s: %s[%d] offsets %d..%d hold no record (retention deleted them, or "
-                "transaction markers); resuming at %d",
-                name,
-                topic,
-                partition,
-                offset,
-                exists_from - 1,
-                exists_from,
-            )
-            offset = exists_from
-        else:
-            log.warning(
-                "%s: %s[%d] delivered records past offset %d, which was never processed; "
-                "seeking back to it",
-                name,
-                topic,
-                partition,
-                offset,
-            )
-        await self.seek(topic, partition, offset)
+        await rewind(
+            plan, self.process.name, self.positions, self.seek, self.first_offset, self.metrics
+        )
 
     def _decide(
         self,
@@ -358,3 +324,86 @@ class _Decided:
     result: StepResult
     envelope: Envelope
     before: Record[Any] | None
+
+
+# --- what every runner of positioned input does once a batch's effects are durable --------
+# (the process runner above, and the Debezium ingest edge: services/worker/ingest.py)
+
+
+def positions_to_store(plan: Plan, batch: Sequence[Incoming]) -> Positions:
+    """The partitions this batch processed something of moved on; the others did not."""
+    processed = {
+        (record.topic, record.partition)
+        for record, verdict in zip(batch, plan.verdicts, strict=True)
+        if verdict == "process"
+    }
+    return {tp: offset for tp, offset in plan.next_offsets().items() if tp in processed}
+
+
+def count_skipped(metrics: Metrics, name: str, plan: Plan) -> None:
+    for verdict in ("replayed", "stale"):
+        if n := plan.verdicts.count(verdict):
+            metrics.inc(name, f"skipped_{verdict}", n)
+
+
+async def rewind(
+    plan: Plan,
+    name: str,
+    positions: InputPositions,
+    seek: Seek,
+    first_offset: FirstOffset,
+    metrics: Metrics,
+) -> None:
+    """Seek every partition the batch found a gap in back to its expected offset."""
+    for back in plan.rewinds:
+        try:
+            await _seek_back(
+                back.topic,
+                back.partition,
+                back.offset,
+                name,
+                positions,
+                seek,
+                first_offset,
+                metrics,
+            )
+        except Exception:
+            # The records past the gap keep arriving: the seek is asked for again.
+            log.exception("%s: seek failed; will retry", name)
+
+
+async def _seek_back(
+    topic: str,
+    partition: int,
+    offset: int,
+    name: str,
+    positions: InputPositions,
+    seek: Seek,
+    first_offset: FirstOffset,
+    metrics: Metrics,
+) -> None:
+    metrics.inc(name, "rewinds")
+    exists_from = await first_offset(topic, partition, offset)
+    if exists_from is not None and positions.skip_missing(topic, partition, offset, exists_from):
+        metrics.inc(name, "offsets_missing", exists_from - offset)
+        log.warning(
+            "%s: %s[%d] offsets %d..%d hold no record (retention deleted them, or "
+            "transaction markers); resuming at %d",
+            name,
+            topic,
+            partition,
+            offset,
+            exists_from - 1,
+            exists_from,
+        )
+        offset = exists_from
+    else:
+        log.warning(
+            "%s: %s[%d] delivered records past offset %d, which was never processed; "
+            "seeking back to it",
+            name,
+            topic,
+            partition,
+            offset,
+        )
+    await seek(topic, partition, offset)

@@ -1,0 +1,98 @@
+"""The records of Debezium's topics, as the PostgreSQL connector writes them: not envelopes.
+
+These models describe, for the AsyncAPI document (``runtime.topics.external_topics``), the
+values Kafka Connect writes to ``<prefix>.school.<table>`` and ``<prefix>.transaction``.
+They are documentation of another system's output, not the decoder: the worker reads those
+records as untrusted input with :mod:`sagas.debezium` (which accepts fields this model does
+not name, and either converter shape). ``tests/unit/test_debezium_records.py`` checks the
+real records captured from the pipeline (``tests/fixtures/debezium/``) against them.
+
+With the JSON converter's ``schemas.enable=true`` (the local connector's setting) each value
+is ``{"schema": {...}, "payload": <the model below>}``; with ``false``, the model itself. A
+tombstone (null value) follows each delete.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sagas.contracts.legacy import CourseRow, LinkRow, Operation, StudentRow
+
+
+class _Open(BaseModel):
+    # Debezium adds fields between versions (ts_us, ts_ns...): a reader must allow them.
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class DebeziumSource(_Open):
+    """Where the change comes from in the legacy database's write-ahead log."""
+
+    connector: Literal["postgresql"]
+    name: str = Field(description="The connector's topic.prefix")
+    db: str
+    schema_: str = Field(alias="schema")
+    table: Literal["student", "course", "student_course"]
+    txId: int | None = Field(description="The source transaction: the correlation key")
+    lsn: int | None = Field(
+        description="Log sequence number: with table, op and key, the dedupe position"
+    )
+    snapshot: str | None = Field(None, description="true, first, last, false... (op r rows)")
+    ts_ms: int
+
+
+class DebeziumTransactionRef(_Open):
+    id: str = Field(description='"<txId>:<lsn>"')
+    total_order: int
+    data_collection_order: int
+
+
+class _Change(_Open):
+    op: Operation
+    ts_ms: int
+    source: DebeziumSource
+    transaction: DebeziumTransactionRef | None = Field(
+        None, description="Present with provide.transaction.metadata=true (null for snapshot rows)"
+    )
+
+
+class StudentChange(_Change):
+    """A change of a ``school.student`` row (``<prefix>.school.student``; key: ``{"id"}``)."""
+
+    before: StudentRow | None
+    after: StudentRow | None
+
+
+class CourseChange(_Change):
+    """A change of a ``school.course`` row (``<prefix>.school.course``; key: ``{"id"}``)."""
+
+    before: CourseRow | None
+    after: CourseRow | None
+
+
+class LinkChange(_Change):
+    """A change of a ``school.student_course`` row (``<prefix>.school.student_course``; key:
+    ``{"student_id", "course_id"}``). A primary-key update is a delete, a tombstone and a
+    create with one LSN."""
+
+    before: LinkRow | None
+    after: LinkRow | None
+
+
+class DebeziumTransaction(_Open):
+    """A source transaction's BEGIN or END marker (``<prefix>.transaction``); END carries how
+    many change events the transaction produced, which closes it in the correlator."""
+
+    status: Literal["BEGIN", "END"]
+    id: str = Field(description='"<txId>:<lsn>"')
+    event_count: int | None
+    data_collections: list[dict[str, object]] | None
+    ts_ms: int
+
+
+BY_TABLE: dict[str, type[_Change]] = {
+    "student": StudentChange,
+    "course": CourseChange,
+    "student_course": LinkChange,
+}
