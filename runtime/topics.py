@@ -139,16 +139,25 @@ def declared_topics(settings: Settings) -> list[TopicSpec]:
         )
         for ch in PROCESS_CHANNELS
     )
-    if settings.cdc_enabled:
-        # The ingest's positions, partitioned like the Debezium topics it reads, so Faust
-        # assigns a Debezium partition and its positions to the same worker.
-        specs.append(
-            TopicSpec(
-                changelog_topic(settings, LEGACY_INGEST),
-                settings.cdc_topic_partitions,
-                {"cleanup.policy": "compact"},
-            )
+    # The CDC ingest's positions, partitioned like the Debezium topics it reads, so Faust
+    # assigns a Debezium partition and its positions to the same worker. Declared whether CDC
+    # is on or not: `sagaline topics create` runs before a worker is told to read Debezium.
+    specs.append(
+        TopicSpec(
+            changelog_topic(settings, LEGACY_INGEST),
+            settings.cdc_topic_partitions,
+            {"cleanup.policy": "compact"},
+            records=Records(
+                f"The changelog of the `{table_name(LEGACY_INGEST)}` table (Faust): the CDC "
+                "ingest's read position in each Debezium topic partition, stored only after "
+                "the changes it sent on were acknowledged.",
+                key="\\u0000position/<Debezium topic>/<partition>",
+                producers="the worker",
+                consumers="the worker",
+                internal=True,
+            ),
         )
+    )
     return specs
 
 
