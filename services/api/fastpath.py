@@ -35,12 +35,13 @@ class FastCommandRoute(StrictJsonRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
-        fast: Fast | None = getattr(self.endpoint, "fast", None)
-        if fast is None:
+        endpoint = self.endpoint
+        if getattr(endpoint, "fast", None) is None:
             return handler
 
         async def fast_first(request: Request) -> Response:
             strict = StrictJsonRequest(request.scope, request.receive)
+            fast: Fast = endpoint.fast  # type: ignore[attr-defined]  # looked up now: tests swap it
             response = await fast(strict)
             # The FastAPI route reads the body this request object has cached.
             return response if response is not None else await handler(strict)
