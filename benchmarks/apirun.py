@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -127,9 +129,21 @@ def run_wrk(
         str(stop_after_per_thread),
         str(products),
     ]
+    stop_file = Path(tempfile.mkdtemp()) / "stopped"
+    if stop_after_per_thread:
+        cmd.append(str(stop_file))
     api_before = cpu_seconds(api_pid) if api_pid else 0.0
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
+    waiting = stop_after_per_thread > 0
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG if waiting else 0)
+        if pid:
+            break
+        if stop_file.exists() and len(stop_file.read_text().split()) >= threads:
+            # Every thread has sent its share: end wrk now instead of at its -d bound.
+            proc.send_signal(signal.SIGINT)
+            waiting = False
+        time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
     out = proc.stdout.read() if proc.stdout else ""
     api_after = cpu_seconds(api_pid) if api_pid else 0.0

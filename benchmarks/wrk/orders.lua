@@ -1,5 +1,5 @@
 -- wrk script of benchmarks/bench_api.py and bench_rest_e2e.py.
---   wrk ... -s orders.lua <url> -- <mode> <run prefix> <api key> [stop after N per thread] [products]
+--   wrk ... -s orders.lua <url> -- <mode> <run prefix> <api key> [stop after N per thread] [products] [stop file]
 -- mode "post": POST /orders, each request with its own Idempotency-Key
 --   (<prefix>-<thread>-<counter>): the API is idempotent by that key, so a repeated key
 --   would be one order answered twice, not a new order. mode "get": GET /healthz.
@@ -24,6 +24,8 @@ function init(args)
   headers = { ["Content-Type"] = "application/json" }
   if key ~= "" then headers["Authorization"] = "Bearer " .. key end
   products = tonumber(args[5] or "200")
+  stopfile = args[6]
+  stopped = false
 end
 
 function request()
@@ -41,7 +43,17 @@ end
 function response(status, hdrs, resp_body)
   seen = seen + 1
   if status >= 200 and status < 300 then ok = ok + 1 else bad = bad + 1 end
-  if limit > 0 and seen >= limit then wrk.thread:stop() end
+  if limit > 0 and seen >= limit and not stopped then
+    -- wrk waits out its -d duration even when every thread has stopped: say so in a file,
+    -- and the Python side ends wrk with SIGINT (wrk then prints its results).
+    stopped = true
+    if stopfile then
+      local f = io.open(stopfile, "a")
+      f:write("stopped\n")
+      f:close()
+    end
+    wrk.thread:stop()
+  end
 end
 
 function done(summary, latency, requests)
