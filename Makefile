@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 LOGS := .local/logs
 STAMP := $(VENV)/.installed
 
-.PHONY: install stack-up stack-down run stop demo test test-unit lint format bench faults clean
+.PHONY: install stack-up stack-down browser run stop demo test test-unit lint format bench faults clean
 
 install: $(STAMP)
 
@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 stack-up:
 	deploy/local/stack.sh up
 	deploy/local/spark.sh fetch
+
+# Debian's headless Chromium and chromedriver, for the console's browser test (once).
+browser:
+	deploy/local/chromium.sh install
 
 stack-down:
 	deploy/local/stack.sh down
@@ -51,8 +55,9 @@ stop:
 demo: install
 	$(BIN)/sagaline demo
 
-# The whole suite against real services: Kafka, PostgreSQL and Spark are started here.
-test: install stack-up
+# The whole suite against real services: Kafka, PostgreSQL and Spark are started here,
+# Chromium installed for the console's browser test.
+test: install stack-up browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-unit: install
@@ -64,6 +69,7 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m scripts.check_declarations
+	$(BIN)/python -m scripts.check_asyncapi
 
 format: install
 	$(BIN)/ruff format .

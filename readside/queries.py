@@ -6,13 +6,14 @@ Every model is read the same way, through its declaration; list orders follow
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, func, select
+from sqlalchemy import BigInteger, Connection, DateTime, String, Text, column, func, select, table
 
 from readside import codec, schema
 from readside.store import in_chunks
@@ -116,3 +117,146 @@ def held_before(conn: Connection, since: datetime, examples: int = 5) -> Stuck:
     query = select(t.c.entity_key, t.c.sequence).where(old).order_by(t.c.held_since)
     rows = conn.execute(query.limit(examples)).all()
     return Stuck(int(count), [(key, seq) for key, seq in rows])
+
+
+def rows_in_statuses(
+    conn: Connection, saga: SagaType, statuses: Collection[str], reason: str | None, limit: int
+) -> list[Any]:
+    """Rows of ``saga``'s model in one of ``statuses`` (with exactly ``reason`` when one is
+    given), newest first by the saga's ``updated_column`` (the key breaks ties)."""
+    if not statuses:
+        return []
+    model = saga.model
+    t = schema.table_of(model)
+    query = select(t).where(t.c[saga.status_column].in_(sorted(statuses)))
+    if reason is not None:
+        query = query.where(t.c[saga.reason_column] == reason)
+    query = query.order_by(t.c[saga.updated_column].desc(), t.c[model.key].desc()).limit(limit)
+    return [codec.row_of(model, row._mapping) for row in conn.execute(query)]
+
+
+def reasons_in_statuses(
+    conn: Connection, saga: SagaType, statuses: Collection[str], limit: int = 100
+) -> list[str]:
+    """The distinct reasons of ``saga``'s rows in ``statuses``, most frequent first (what a
+    reason filter offers)."""
+    if not statuses:
+        return []
+    t = schema.table_of(saga.model)
+    reason = t.c[saga.reason_column]
+    query = (
+        select(reason, func.count().label("n"))
+        .where(t.c[saga.status_column].in_(sorted(statuses)), reason.isnot(None))
+        .group_by(reason)
+        .order_by(func.count().desc(), reason)
+        .limit(limit)
+    )
+    return [str(r) for r, _n in conn.execute(query)]
+
+
+# The Spark rebuild's run log (migrations 0002). Its table belongs to spark_projections, which
+# the read side may not import; these few columns are all the read side needs of it.
+_rebuild_runs = table(
+    "rebuild_runs",
+    column("run_id", String(36)),
+    column("topic", String(200)),
+    # Typed, so SQLite's stored text comes back as a datetime.
+    column("started_at", DateTime(timezone=True)),
+    column("swapped_at", DateTime(timezone=True)),
+    column("events_read", BigInteger()),
+    column("rows", Text()),
+)
+
+
+@dataclass(frozen=True)
+class RebuildRun:
+    """A rebuild that swapped its models in (the only runs recorded)."""
+
+    run_id: str
+    topic: str
+    started_at: datetime
+    swapped_at: datetime
+    events_read: int
+    rows: dict[str, int]
+    """Rows swapped in, per table."""
+
+    @property
+    def duration_s(self) -> float:
+        return (self.swapped_at - self.started_at).total_seconds()
+
+
+def last_rebuild(conn: Connection) -> RebuildRun | None:
+    """The most recent swapped rebuild, None when none has run."""
+    t = _rebuild_runs
+    query = select(t).order_by(t.c.swapped_at.desc(), t.c.run_id.desc()).limit(1)
+    row = conn.execute(query).first()
+    if row is None:
+        return None
+    m = row._mapping
+    return RebuildRun(
+        run_id=str(m["run_id"]),
+        topic=str(m["topic"]),
+        started_at=codec.utc(m["started_at"]),
+        swapped_at=codec.utc(m["swapped_at"]),
+        events_read=int(m["events_read"]),
+        rows={str(k): int(v) for k, v in json.loads(m["rows"]).items()},
+    )
+
+
+_rebuild_failures = table(
+    "rebuild_failures",
+    column("run_id", String(36)),
+    column("started_at", DateTime(timezone=True)),
+    column("failed_at", DateTime(timezone=True)),
+    column("stage", String(40)),
+    column("error", Text()),
+)
+
+
+@dataclass(frozen=True)
+class RebuildFailure:
+    """A rebuild that ended without swapping (migration 0004; the Spark job records it)."""
+
+    run_id: str
+    started_at: datetime
+    failed_at: datetime
+    stage: str
+    error: str
+
+
+def last_rebuild_failure(conn: Connection) -> RebuildFailure | None:
+    t = _rebuild_failures
+    query = select(t).order_by(t.c.failed_at.desc(), t.c.run_id.desc()).limit(1)
+    row = conn.execute(query).first()
+    if row is None:
+        return None
+    m = row._mapping
+    return RebuildFailure(
+        run_id=str(m["run_id"]),
+        started_at=codec.utc(m["started_at"]),
+        failed_at=codec.utc(m["failed_at"]),
+        stage=str(m["stage"]),
+        error=str(m["error"]),
+    )
+
+
+@dataclass(frozen=True)
+class RebuildHistory:
+    """The last swapped rebuild and the last failed one; the later of the two is the last
+    attempt's result."""
+
+    swapped: RebuildRun | None
+    failed: RebuildFailure | None
+
+    @property
+    def last_result(self) -> str | None:
+        """``swapped``, ``failed``, or None when no rebuild is recorded."""
+        if self.failed is None:
+            return None if self.swapped is None else "swapped"
+        if self.swapped is None or self.failed.failed_at > self.swapped.swapped_at:
+            return "failed"
+        return "swapped"
+
+
+def rebuild_history(conn: Connection) -> RebuildHistory:
+    return RebuildHistory(last_rebuild(conn), last_rebuild_failure(conn))

@@ -133,6 +133,10 @@ class Settings(BaseSettings):
         le=450 * 1024,
         description="A dead letter carries the original key and value inline up to this size (JSON-encoded); larger ones are named by size and SHA-256 and stay in their source topic at the letter's partition and offset (keeps every letter under the producer's 1 MB max request size)",
     )
+    worker_web_host: str = Field(
+        "127.0.0.1",
+        description="Address the worker's Faust web server binds (its `/metrics` needs no key: keep it private; `0.0.0.0` in a container a Prometheus scrapes)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

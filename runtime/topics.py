@@ -1,8 +1,11 @@
-"""Every topic Sagaline uses, declared once with its partitions and retention.
+"""Every topic Sagaline uses, declared once with its partitions, retention and records.
 
 ``sagaline topics create`` creates them; the worker checks them at start and refuses to run
 when a topic is missing or its partition count differs from the declaration, because keyed
-state (tables, changelogs) is only correct while a key keeps its partition.
+state (tables, changelogs) is only correct while a key keeps its partition. What each topic's
+records are (:class:`Records`: key, message types, who writes and who reads) is declared
+here too, from the saga core's declarations: the AsyncAPI document
+(``scripts/export_asyncapi.py``) iterates over :func:`documented_topics` and nothing else.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
+from pydantic import BaseModel
 
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
+from sagas.catalog import CHANNELS, facts
 from sagas.catalog import INVENTORY as INVENTORY
 from sagas.catalog import ORDER_SAGA as ORDER_SAGA
 from sagas.catalog import PAYMENT as PAYMENT
 from sagas.catalog import PROCESS_CHANNELS as PROCESS_CHANNELS
+from sagas.contracts.deadletters import DeadLetterBody, RedriveRecord
+from sagas.messages import Message
 
 # Logical channels: the saga core names its processes' (sagas.catalog); each maps to one topic.
 EVENTS = "events"
@@ -30,33 +37,135 @@ REDRIVES = "deadletter-redriven"
 
 
 @dataclass(frozen=True)
+class Records:
+    """What a topic's records are, for the people and programs that produce or read them."""
+
+    summary: str
+    key: str
+    """What a record's key (UTF-8) holds: it decides the partition, hence the order."""
+    messages: tuple[type[Message], ...] = ()
+    """Contracts that travel in the envelope (``sagas.messages.Envelope``), by ``type``."""
+    body: type[BaseModel] | None = None
+    """The value's model when it is not an envelope (a dead letter, a Debezium change)."""
+    producers: str = ""
+    consumers: str = ""
+    internal: bool = False
+    """Not a contract: nobody outside Sagaline produces or reads it."""
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
+    channel: str = ""
+    """The logical channel the name is made from (``settings.topic(channel)``)."""
+    records: Records | None = None
 
 
 def declared_topics(settings: Settings) -> list[TopicSpec]:
+    """Every topic Sagaline creates (``sagaline topics create``) and checks at start."""
     n = settings.partitions
     commands = {"cleanup.policy": "delete", "retention.ms": str(settings.command_retention_ms)}
-    specs = [TopicSpec(settings.topic(ch), n, commands) for ch in PROCESS_CHANNELS]
+    specs = [
+        TopicSpec(settings.topic(ch.name), n, commands, ch.name, _process_records(ch.name))
+        for ch in CHANNELS
+    ]
     specs.append(
         TopicSpec(
             settings.topic(EVENTS),
             n,
             {"cleanup.policy": "delete", "retention.ms": str(settings.event_retention_ms)},
+            EVENTS,
+            Records(
+                "The domain events: every fact of every entity, in order per entity. "
+                "`entity_type` and `sequence` (1, 2, 3... per entity, no gaps) are set.",
+                key="`<entity_type>:<entity id>` (`order:o-1`, `product:p-1`): one entity's "
+                "facts stay on one partition, in sequence order",
+                messages=facts(),
+                producers="the worker (each process publishes its own entity's facts)",
+                consumers="the projector (read models), the Spark rebuild, the API's timelines",
+            ),
         )
     )
     specs.append(
-        TopicSpec(settings.topic(DEAD_LETTERS), 1, {"retention.ms": str(30 * 24 * 3600 * 1000)})
+        TopicSpec(
+            settings.topic(DEAD_LETTERS),
+            1,
+            {"retention.ms": str(30 * 24 * 3600 * 1000)},
+            DEAD_LETTERS,
+            Records(
+                "Records a component could not process (a broken contract, an error, a "
+                "decision too large to send), parked with the reason; never dropped.",
+                key="the original record's key (`sha256:<hex>` of it when over 1024 bytes); "
+                "the worker writes an empty key when the record had none, the projector none",
+                body=DeadLetterBody,
+                producers="the worker, the projector",
+                consumers="`sagaline deadletters list|show|redrive`",
+            ),
+        )
     )
-    specs.append(TopicSpec(settings.topic(REDRIVES), 1, {"cleanup.policy": "compact"}))
+    specs.append(
+        TopicSpec(
+            settings.topic(REDRIVES),
+            1,
+            {"cleanup.policy": "compact"},
+            REDRIVES,
+            Records(
+                "Which dead letters were re-driven, one record per parked record (compacted: "
+                "the latest re-drive of each is kept).",
+                key="the letter's source position `<topic>:<partition>:<offset>`",
+                body=RedriveRecord,
+                producers="`sagaline deadletters redrive`",
+                consumers="`sagaline deadletters redrive` (refuses a second without --force)",
+            ),
+        )
+    )
     # Faust's table changelogs: compacted, one partition per source partition.
     specs.extend(
-        TopicSpec(changelog_topic(settings, ch), n, {"cleanup.policy": "compact"})
+        TopicSpec(
+            changelog_topic(settings, ch),
+            n,
+            {"cleanup.policy": "compact"},
+            records=Records(
+                f"The changelog of the `{table_name(ch)}` table (Faust): the worker's state "
+                "per key, restored from here after a crash or a rebalance.",
+                key=f"the key of a record on the `{ch}` channel",
+                producers="the worker",
+                consumers="the worker",
+                internal=True,
+            ),
+        )
         for ch in PROCESS_CHANNELS
     )
     return specs
+
+
+def _process_records(channel: str) -> Records:
+    declared = next(c for c in CHANNELS if c.name == channel)
+    return Records(
+        f"The `{channel}` process's channel: the commands it is sent and the replies it "
+        f"awaits ({declared.definition.__name__}.ACCEPTS), and the machinery's ticks that fire "
+        "its deadlines.",
+        key=declared.key,
+        messages=declared.accepts,
+        producers="the API, the worker (commands and replies of other processes), its own "
+        "deadline timer (ticks); any team producing commands straight to Kafka",
+        consumers=f"the worker's `{channel}` agent",
+    )
+
+
+def external_topics(settings: Settings) -> list[TopicSpec]:
+    """Topics other systems create and Sagaline reads (Kafka Connect's, say): declared for
+    the AsyncAPI document, never created nor checked by ``sagaline topics``. A
+    ``TopicSpec`` here names its partitions as the other system creates them and its
+    :class:`Records` with the value's model (``body``)."""
+    return []
+
+
+def documented_topics(settings: Settings) -> list[TopicSpec]:
+    """Every topic the AsyncAPI document describes: Sagaline's own, then the external ones."""
+    return [*declared_topics(settings), *external_topics(settings)]
 
 
 def table_name(channel: str) -> str:

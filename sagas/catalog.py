@@ -1,4 +1,4 @@
-"""Every read model and every saga type, listed once: the read side iterates over these.
+"""Every process channel, read model and saga type, listed once: the rest iterates over these.
 
 The projector, the Spark rebuild, the API's queries and waits, the analytics and the tests
 take their models and saga statuses from here and from nowhere else. A new domain adds its
@@ -7,11 +7,19 @@ declarations to these tuples (see the README, "Adding a saga and its read models
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.contracts.system import Tick
 from sagas.definitions.enrollment_saga import EnrollmentSaga
 from sagas.definitions.order_saga import OrderSaga
+from sagas.machinery.process import Process
+from sagas.messages import Message
+from sagas.participants.course import CourseSeats
+from sagas.participants.ledger import CapacityLedger
+from sagas.participants.payment import PaymentGateway
+from sagas.participants.student import StudentCredits
 from sagas.projections.declare import ReadModel, SagaType
 from sagas.projections.enrollments import ENROLLMENTS
 from sagas.projections.orders import ORDERS
@@ -21,16 +29,51 @@ from sagas.projections.students import STUDENT_ENROLLMENTS
 
 ORDER_SAGA, INVENTORY, PAYMENT = "order-saga", "inventory", "payment"
 ENROLLMENT_SAGA, COURSE, STUDENT = "enrollment-saga", "course", "student"
-PROCESS_CHANNELS: tuple[str, ...] = (
-    ORDER_SAGA,
-    INVENTORY,
-    PAYMENT,
-    ENROLLMENT_SAGA,
-    COURSE,
-    STUDENT,
+
+
+@dataclass(frozen=True)
+class ProcessChannel:
+    """A process's channel and the definition that listens on it: its topic carries the
+    commands and replies the definition ``ACCEPTS`` (and ``system.Tick``), keyed by its
+    ``KEY``; its ``FACTS`` go to the domain-event topic."""
+
+    name: str
+    definition: type[Process[Any]]
+
+    @property
+    def accepts(self) -> tuple[type[Message], ...]:
+        return (*self.definition.ACCEPTS, Tick)
+
+    @property
+    def facts(self) -> tuple[type[Message], ...]:
+        return self.definition.FACTS
+
+    @property
+    def key(self) -> str:
+        return self.definition.KEY
+
+
+CHANNELS: tuple[ProcessChannel, ...] = (
+    ProcessChannel(ORDER_SAGA, OrderSaga),
+    ProcessChannel(INVENTORY, CapacityLedger),
+    ProcessChannel(PAYMENT, PaymentGateway),
+    ProcessChannel(ENROLLMENT_SAGA, EnrollmentSaga),
+    ProcessChannel(COURSE, CourseSeats),
+    ProcessChannel(STUDENT, StudentCredits),
 )
+PROCESS_CHANNELS: tuple[str, ...] = tuple(c.name for c in CHANNELS)
 """The channel (topic and table) of every saga and participant process; the wiring
 (``sagaline/wiring.py``) gives each process its name from here."""
+
+
+def channel(name: str) -> ProcessChannel | None:
+    return next((c for c in CHANNELS if c.name == name), None)
+
+
+def facts() -> tuple[type[Message], ...]:
+    """Every fact on the domain-event topic, each once, in declaration order."""
+    return tuple(dict.fromkeys(f for c in CHANNELS for f in c.facts))
+
 
 READ_MODELS: tuple[ReadModel[Any], ...] = (
     ORDERS,

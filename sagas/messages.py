@@ -74,11 +74,13 @@ class Summary:
 class Message(BaseModel):
     """A payload contract. Subclasses set ``TYPE`` (e.g. ``"ledger.Reserve"``); a domain
     event also sets ``SUMMARY``, its line in a saga's timeline (without one, the timeline
-    shows the type name)."""
+    shows the type name), and ``COMPENSATION`` when it undoes an earlier step (the console
+    marks those steps)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     TYPE: ClassVar[str] = ""
     SUMMARY: ClassVar[Summary | None] = None
+    COMPENSATION: ClassVar[bool] = False
     _registry: ClassVar[dict[str, type[Message]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -108,15 +110,24 @@ class Message(BaseModel):
 
 
 class Envelope(BaseModel):
-    """Metadata common to every message, and the payload as validated JSON."""
+    """Metadata common to every message, and the payload as validated JSON.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    It is the whole Kafka record value (UTF-8 JSON; fields that are null are left out);
+    Sagaline sets no Kafka headers."""
+
+    # The attribute docstrings become the schema's descriptions (contracts/, AsyncAPI).
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     message_id: str
+    """Unique per message: a record whose id its key has seen recently (the last
+    ``SAGALINE_SEEN_WINDOW``) is a duplicate and is dropped, so a retry reuses the id."""
     type: str
+    """The contract of ``payload`` (``order.Place``, ``ledger.Reserved``...)."""
     schema_version: int = SCHEMA_VERSION
+    """A version newer than the reader's is refused (dead-lettered)."""
     key: str
-    """The partition key: the id of the entity (or saga) whose agent must handle it."""
+    """The partition key: the id of the entity (or saga) whose agent must handle it. The
+    Kafka record's key is the same text (UTF-8)."""
     saga_id: str | None = None
     """Correlation id: the saga this message belongs to."""
     causation_id: str | None = None
@@ -124,11 +135,13 @@ class Envelope(BaseModel):
     reply_to: str | None = None
     """Logical channel a participant answers on (commands only)."""
     occurred_at: datetime
+    """When it was sent (ISO 8601 with a UTC offset)."""
     entity_type: str | None = None
     """Domain events only: the kind of entity ``key`` names (``order``, ``product``...)."""
     sequence: int | None = None
     """Domain events only: 1, 2, 3... per entity, with no gaps."""
     payload: dict[str, Any]
+    """The message itself: the JSON Schema of ``type`` (``contracts/<type>.json``)."""
 
     @field_validator("key")
     @classmethod

@@ -29,6 +29,7 @@ from aiokafka.errors import KafkaError
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, REDRIVES
+from sagas.contracts.deadletters import RedriveRecord
 
 
 class RedriveRefused(RuntimeError):
@@ -112,17 +113,24 @@ async def redrive(settings: Settings, letter_offset: int, *, force: bool = False
             forced=before is not None,
             redriven_at=datetime.now(UTC).isoformat(),
         )
-        note = {
-            "letter_offset": letter_offset,
-            "partition": done.partition,
-            "offset": done.offset,
-            "forced": done.forced,
-            "redriven_at": done.redriven_at,
-        }
         await producer.send_and_wait(
-            settings.topic(REDRIVES), json.dumps(note).encode(), key=letter.source.encode()
+            settings.topic(REDRIVES),
+            redrive_record(letter_offset, done),
+            key=letter.source.encode(),
         )
     return done
+
+
+def redrive_record(letter_offset: int, done: Redrive) -> bytes:
+    """The value recorded on the re-drive topic (its contract: ``RedriveRecord``)."""
+    record = RedriveRecord(
+        letter_offset=letter_offset,
+        partition=done.partition,
+        offset=done.offset,
+        forced=done.forced,
+        redriven_at=datetime.fromisoformat(done.redriven_at),
+    )
+    return record.model_dump_json().encode()
 
 
 async def original_record(settings: Settings, letter: Letter) -> tuple[bytes | None, bytes]:

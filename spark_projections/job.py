@@ -25,7 +25,7 @@ from sqlalchemy import Engine, Table
 from readside import store
 from runtime.settings import Settings, get_settings
 from runtime.topics import EVENTS
-from spark_projections import catchup, guard, pipeline, staging, swap
+from spark_projections import catchup, failures, guard, pipeline, staging, swap, tables
 from spark_projections.progress import Emit, Progress, summary_lines
 from spark_projections.progress import print_line as _print
 from spark_projections.read import Offsets, fix_offsets, read_records
@@ -82,10 +82,16 @@ def run(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     progress = Progress(emit=emit or _print, interval_s=settings.rebuild_progress_s)
     engine = swap.swap_engine(settings.database_url_with_password())
+    started_at = datetime.now(UTC)
     try:
         _check_schema(engine)
         with guard.exclusive(engine):
-            summary = _guarded(settings, engine, progress, until_checkpoints, spark)
+            try:
+                summary = _guarded(settings, engine, progress, until_checkpoints, spark)
+            except BaseException as exc:  # interrupted too: the run did not swap
+                topic = settings.topic(EVENTS)
+                failures.record(engine, topic, started_at, progress.stage, exc)
+                raise
     finally:
         progress.stop()
         engine.dispose()
@@ -241,7 +247,7 @@ def _check_schema(engine: Engine) -> None:
     from sqlalchemy import inspect
 
     present = set(inspect(engine).get_table_names())
-    wanted = {t.name for t in (*swap.STAGED, *swap.LOCK_ORDER)}
+    wanted = {t.name for t in (*swap.STAGED, *swap.LOCK_ORDER, tables.rebuild_failures)}
     missing = sorted(wanted - present)
     if missing:
         raise NotMigrated(

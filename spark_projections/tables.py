@@ -69,5 +69,17 @@ rebuild_runs = Table(
     comment="Every rebuild that swapped its models in: what it covered",
 )
 
+rebuild_failures = Table(
+    "rebuild_failures",
+    metadata,
+    Column("run_id", String(36), primary_key=True),
+    Column("topic", String(200), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("failed_at", DateTime(timezone=True), nullable=False),
+    Column("stage", String(40), nullable=False, comment="Where it stopped: offsets, ..."),
+    Column("error", Text, nullable=False, comment="The error's type and message"),
+    comment="Every rebuild that ended without swapping its models in, and why",
+)
+
 REBUILD_TABLES = (rebuild_rejects, saga_daily_stats, saga_daily_reasons)
 """Replaced wholesale by every rebuild, in the same transaction as the read models."""

@@ -48,6 +48,8 @@ EnrollmentStatus = Literal[
     "PENDING", "WAITLISTED", "ENROLLED", "TRANSFERRING", "REJECTED", "DROPPED"
 ]
 FINAL_STATUSES: frozenset[str] = frozenset({"REJECTED", "DROPPED"})
+FAILED_STATUSES: frozenset[str] = frozenset({"REJECTED"})
+"""A drop is the student's wish, not a failure; a rejection is."""
 SETTLED_STATUSES: frozenset[str] = FINAL_STATUSES | {"WAITLISTED", "ENROLLED"}
 """No outcome pending: a client waiting (``?wait=``) stops here; a drop, a transfer or a
 promotion may still continue the saga from the two that are not final."""
@@ -188,6 +190,7 @@ class SeatReleased(CourseFact):
     waitlisted request that left the queue (``dequeued``)."""
 
     TYPE = "course.SeatReleased"
+    COMPENSATION = True
     SUMMARY = Summary("seat of {student_id} released ({reason})")
     reservation_id: str
     student_id: str
@@ -295,6 +298,7 @@ class CreditsConfirmRefused(StudentFact):
 
 class CreditsReleased(StudentFact):
     TYPE = "student.CreditsReleased"
+    COMPENSATION = True
     SUMMARY = Summary("credits for {course_id} released ({reason})")
     reservation_id: str
     course_id: str

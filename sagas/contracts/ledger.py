@@ -101,6 +101,7 @@ class Released(LedgerFact):
     """Units returned: a hold cancelled or expired, or a confirmed sale compensated."""
 
     TYPE = "ledger.Released"
+    COMPENSATION = True
     SUMMARY = Summary("released {quantity} ({reason})")
     reservation_id: str
     quantity: int

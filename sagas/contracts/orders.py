@@ -11,6 +11,8 @@ OrderStatus = Literal[
     "PENDING", "AUTHORIZING", "CONFIRMING", "CAPTURING", "CONFIRMED", "REJECTED", "CANCELLED"
 ]
 FINAL_STATUSES: frozenset[str] = frozenset({"CONFIRMED", "REJECTED", "CANCELLED"})
+FAILED_STATUSES: frozenset[str] = frozenset({"REJECTED", "CANCELLED"})
+"""The order did not go through: refused at once, or compensated after a step failed."""
 
 
 class OrderLine(BaseModel):

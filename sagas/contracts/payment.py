@@ -51,6 +51,7 @@ class CaptureRefused(Message):
 
 class Voided(Message):
     TYPE = "payment.Voided"
+    COMPENSATION = True
     SUMMARY = Summary(
         "payment of {amount} voided", when="refunded", then="payment of {amount} refunded"
     )

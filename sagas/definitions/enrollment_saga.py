@@ -87,7 +87,34 @@ class EnrollmentSaga:
         statuses=get_args(e.EnrollmentStatus),
         final=e.FINAL_STATUSES,
         settled=e.SETTLED_STATUSES,
+        failed=e.FAILED_STATUSES,
     )
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
+        e.Enroll,
+        e.Drop,
+        e.Transfer,
+        # The course's answers to ReserveSeat, ConfirmSeat and ReleaseSeat, and what it
+        # tells a waitlisted request later (promoted: SeatHeld; moved up: WaitlistMoved).
+        e.SeatHeld,
+        e.Waitlisted,
+        e.WaitlistMoved,
+        e.SeatRefused,
+        e.SeatConfirmed,
+        e.SeatConfirmRefused,
+        e.SeatReleased,
+        # The student's answers to HoldCredits, ConfirmCredits and ReleaseCredits.
+        e.CreditsHeld,
+        e.CreditsRefused,
+        e.CreditsConfirmed,
+        e.CreditsConfirmRefused,
+        e.CreditsReleased,
+    )
+    FACTS: ClassVar[tuple[type[Message], ...]] = (
+        e.EnrollmentRequested,
+        e.EnrollmentStatusChanged,
+        e.CommandRefused,
+    )
+    KEY: ClassVar[str] = "the enrollment id, which is also the saga id"
     name: str = "enrollment-saga"
     entity_type: str = "enrollment"
     courses: str = "course"

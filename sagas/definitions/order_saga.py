@@ -74,7 +74,31 @@ class OrderSaga:
         event=oc.OrderStatusChanged,
         statuses=get_args(oc.OrderStatus),
         final=oc.FINAL_STATUSES,
+        failed=oc.FAILED_STATUSES,
     )
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
+        oc.PlaceOrder,
+        oc.CancelOrder,
+        # The inventory's answers to Reserve, Confirm and Cancel (a repeated or unknown
+        # reservation is answered ConfirmRefused), and an expired hold's Released.
+        lc.Reserved,
+        lc.ReservationRejected,
+        lc.Confirmed,
+        lc.ConfirmRefused,
+        lc.Released,
+        # The payment's answers to Authorize, Capture and Void (Voided only passes).
+        pc.Authorized,
+        pc.Declined,
+        pc.Captured,
+        pc.CaptureRefused,
+        pc.Voided,
+    )
+    FACTS: ClassVar[tuple[type[Message], ...]] = (
+        oc.OrderPlaced,
+        oc.OrderStatusChanged,
+        oc.CancelRefused,
+    )
+    KEY: ClassVar[str] = "the order id, which is also the saga id"
     name: str = "order-saga"
     entity_type: str = "order"
     inventory: str = "inventory"

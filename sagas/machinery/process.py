@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -79,7 +79,21 @@ def merge(first: Decision[S], then: Decision[S]) -> Decision[S]:
 
 
 class Process(Protocol[S]):
-    """A saga or participant definition. Pure: no I/O, no clock, no randomness."""
+    """A saga or participant definition. Pure: no I/O, no clock, no randomness.
+
+    Besides deciding, a definition declares what travels on its channel and what it
+    publishes: the AsyncAPI document (``scripts/export_asyncapi.py``) is generated from these
+    declarations, and the unit tests' bus refuses to route a type a definition does not
+    declare, so the declaration cannot drift from what ``decide`` really sends.
+    """
+
+    ACCEPTS: ClassVar[tuple[type[Message], ...]]
+    """Every command and reply its channel carries (besides the machinery's ``system.Tick``),
+    whether ``decide`` acts on it or only lets it pass (a late reply)."""
+    FACTS: ClassVar[tuple[type[Message], ...]]
+    """Every fact it publishes on the domain-event topic about its own entity."""
+    KEY: ClassVar[str]
+    """What the key of a record on its channel is: the id its state is kept under."""
 
     @property
     def name(self) -> str:

@@ -23,6 +23,9 @@ class SagaStatuses:
     statuses: tuple[str, ...]
     final: frozenset[str]
     settled: frozenset[str] = frozenset()
+    failed: frozenset[str] = frozenset()
+    """The final statuses that are failures (the saga compensated or was refused): what the
+    console lists as failed sagas, with their reasons."""
 
     def __post_init__(self) -> None:
         if not self.final <= set(self.statuses):
@@ -31,6 +34,8 @@ class SagaStatuses:
             object.__setattr__(self, "settled", self.final)
         if not self.final <= self.settled <= set(self.statuses):
             raise ValueError("settled statuses must include the final ones and be known")
+        if not self.failed <= self.final:
+            raise ValueError(f"failed statuses {sorted(self.failed - self.final)} are not final")
         for name in ("status", "reason"):
             if name not in self.event.model_fields:
                 raise ValueError(f"{self.event.__name__} has no {name!r} field")

@@ -17,7 +17,7 @@ means no seat is free.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -94,6 +94,24 @@ def roster(state: CourseState) -> dict[str, Any]:
 class CourseSeats:
     """The course participant definition."""
 
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
+        e.SetCourse,
+        e.ReserveSeat,
+        e.ConfirmSeat,
+        e.ReleaseSeat,
+    )
+    FACTS: ClassVar[tuple[type[Message], ...]] = (
+        e.CourseSet,
+        e.CourseChangeRefused,
+        e.SeatHeld,
+        e.Waitlisted,
+        e.SeatRefused,
+        e.SeatConfirmed,
+        e.SeatReleased,
+    )
+    """SeatConfirmRefused and WaitlistMoved are replies only (and a SeatRefused for an
+    unknown course: no such course has a stream)."""
+    KEY: ClassVar[str] = "the course id"
     name: str = "course"
     entity_type: str = "course"
     closed_window: int = 1000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,6 +60,17 @@ def _expiry(reservation_id: str) -> str:
 class CapacityLedger:
     """A ledger definition; one instance per kind of entity (``product``, ``course``)."""
 
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (c.SetCapacity, c.Reserve, c.Confirm, c.Cancel)
+    FACTS: ClassVar[tuple[type[Message], ...]] = (
+        c.CapacitySet,
+        c.CapacitySetRefused,
+        c.Reserved,
+        c.ReservationRejected,
+        c.Confirmed,
+        c.Released,
+    )
+    """ConfirmRefused is a reply only: refusing changes nothing about the entity."""
+    KEY: ClassVar[str] = "the id of the entity whose units it guards (a product id)"
     name: str
     entity_type: str
     closed_window: int = 1000

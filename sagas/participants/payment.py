@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -46,6 +46,10 @@ class PaymentPolicy:
 
 @dataclass(frozen=True)
 class PaymentGateway:
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (p.Authorize, p.Capture, p.Void)
+    FACTS: ClassVar[tuple[type[Message], ...]] = (p.Authorized, p.Declined, p.Captured, p.Voided)
+    """CaptureRefused is a reply only: refusing changes nothing about the payment."""
+    KEY: ClassVar[str] = "the order id (the saga id): one payment per order"
     name: str = "payment"
     entity_type: str = "payment"
     policy: PaymentPolicy = field(default_factory=PaymentPolicy)

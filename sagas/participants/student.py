@@ -11,7 +11,7 @@ Invariant after every decision: ``credits_used + credits_held <= max_credits``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -80,6 +80,22 @@ def _entry(credits: Credits, status: str) -> e.StudentEnrollment:
 class StudentCredits:
     """The student participant definition."""
 
+    ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
+        e.SetStudent,
+        e.HoldCredits,
+        e.ConfirmCredits,
+        e.ReleaseCredits,
+    )
+    FACTS: ClassVar[tuple[type[Message], ...]] = (
+        e.StudentSet,
+        e.StudentChangeRefused,
+        e.CreditsHeld,
+        e.CreditsRefused,
+        e.CreditsConfirmed,
+        e.CreditsReleased,
+    )
+    """CreditsConfirmRefused is a reply only (and a CreditsRefused for an unknown student)."""
+    KEY: ClassVar[str] = "the student id"
     name: str = "student"
     entity_type: str = "student"
     closed_window: int = 1000

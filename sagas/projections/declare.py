@@ -204,6 +204,8 @@ class SagaType:
     model: ReadModel[Any]
     status_column: str = "status"
     reason_column: str = "reason"
+    updated_column: str = "updated_at"
+    """When the row last changed: lists of sagas (the console's failures) are newest first."""
 
     def key(self, saga_id: str) -> str:
         """The entity key of the saga's own stream (``order:o-1``)."""
@@ -222,3 +224,4 @@ class SagaType:
             raise ValueError(f"saga {self.entity_type}: model {self.model.name} folds another")
         self.model.column(self.status_column)
         self.model.column(self.reason_column)
+        self.model.column(self.updated_column)

@@ -21,6 +21,7 @@ from services import logsafe
 from services.api import auth, enrollments, orders, products, queries
 from services.api import metrics as api_metrics
 from services.api.body import BodyLimit, StrictJsonRoute
+from services.api.console import routes as console
 from services.api.errors import documented, install_error_handlers
 from services.api.freshness import ReadWatch, database_probe
 from services.bus import CommandBus
@@ -86,6 +87,8 @@ def create_api(
         )
 
     app.include_router(api_metrics.router, dependencies=auth.dependencies(settings, "read"))
+    # Guarded by its own login cookie (a browser sends no header on navigation).
+    console.install(app)
 
     @app.get("/healthz", tags=["health"], response_model=Health, responses=documented(413))
     async def healthz() -> Health:

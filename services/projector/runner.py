@@ -267,6 +267,7 @@ class Projector:
         self._last_housekeeping = time.monotonic()
         try:
             self._warn_about_gaps()
+            self._show_last_rebuild()
             if self._last_housekeeping - self._last_prune >= PRUNE_EVERY_S:
                 self._prune_receipts()
                 self._last_prune = self._last_housekeeping
@@ -292,6 +293,10 @@ class Projector:
             self.settings.gap_alert_s,
             shown,
         )
+
+    def _show_last_rebuild(self) -> None:
+        with self.engine.connect() as conn:
+            self.prom.show_rebuild(queries.rebuild_history(conn))
 
     def _prune_receipts(self) -> None:
         cutoff = datetime.now(UTC) - timedelta(hours=self.settings.receipt_retention_h)

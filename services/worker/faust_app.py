@@ -145,7 +145,11 @@ def create_app(
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
         web_port=settings.worker_web_port,
-        web_host="127.0.0.1",
+        # web_bind is the address the server listens on (Faust's default: every
+        # interface); web_host only names it in URLs. /metrics has no key, so both follow
+        # the setting, loopback unless told otherwise.
+        web_bind=settings.worker_web_host,
+        web_host=settings.worker_web_host,
         table_cleanup_interval=3600.0,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=settings.session_timeout_s / 4,

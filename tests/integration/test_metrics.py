@@ -9,12 +9,15 @@ command on the order-saga topic. Then each ``/metrics`` must say exactly that.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine, text
 
 from runtime.settings import Settings
 from runtime.topics import EVENTS, ORDER_SAGA
@@ -90,7 +93,7 @@ async def _run_orders(stack: Stack) -> dict[str, str]:
 
 async def test_worker_projector_and_api_metrics_after_a_few_sagas(tmp_path: Path) -> None:
     settings = isolated_settings(tmp_path, step_timeout_s=3.0)
-    with fresh_database("postgresql", tmp_path) as url, read_engine(url):
+    with fresh_database("postgresql", tmp_path) as url, read_engine(url) as engine:
         async with running_stack(settings, tmp_path) as stack:
             projector = ProjectorProcess(
                 settings.model_copy(update={"database_url": url}), tmp_path
@@ -98,6 +101,7 @@ async def test_worker_projector_and_api_metrics_after_a_few_sagas(tmp_path: Path
             projector.start()
             try:
                 await _check(stack, settings)
+                await _check_last_rebuild(settings, engine)
             finally:
                 projector.stop()
 
@@ -173,3 +177,78 @@ async def _check(stack: Stack, settings: Settings) -> None:
     assert not any("m1" in str(ls) for (_n, ls) in api)  # ids never become labels
     no_key = await stack.http.get("/metrics", headers={"Authorization": ""})
     assert no_key.status_code == 401
+
+
+async def _check_last_rebuild(settings: Settings, engine: Engine) -> None:
+    """The projector reads the last swapped rebuild from ``rebuild_runs`` (as the Spark job
+    writes it) and shows its time, duration, events and rows per table."""
+    url = f"http://127.0.0.1:{settings.projector_metrics_port}/metrics"
+    none = await scrape_until(url, lambda s: "sagaline_rebuild_last_events_read" in str(s))
+    assert value(none, "sagaline_rebuild_last_swapped_timestamp_seconds") == 0
+    assert value(none, "sagaline_rebuild_last_result", result="swapped") == 0
+    assert value(none, "sagaline_rebuild_last_result", result="failed") == 0
+    assert not [k for k in none if k[0] == "sagaline_rebuild_last_rows"]
+    runs = [
+        ("old", datetime(2026, 1, 1, 3, 30, tzinfo=UTC), datetime(2026, 1, 1, 3, 31, tzinfo=UTC)),
+        (
+            "new",
+            datetime(2026, 1, 2, 3, 30, tzinfo=UTC),
+            datetime(2026, 1, 2, 3, 32, 5, 500000, tzinfo=UTC),
+        ),
+    ]
+    with engine.begin() as conn:
+        for run_id, started, swapped in runs:
+            conn.execute(
+                text(
+                    "INSERT INTO rebuild_runs (run_id, topic, started_at, swapped_at, offsets, "
+                    "caught_up, events_read, rows) VALUES (:run_id, :topic, :started, :swapped, "
+                    "'{}', '{}', :events, :rows)"
+                ),
+                {
+                    "run_id": run_id,
+                    "topic": settings.topic(EVENTS),
+                    "started": started,
+                    "swapped": swapped,
+                    "events": 4321 if run_id == "new" else 1,
+                    "rows": json.dumps(
+                        {"orders": 3, "product_stock": 1} if run_id == "new" else {"orders": 9}
+                    ),
+                },
+            )
+    newest = datetime(2026, 1, 2, 3, 32, 5, 500000, tzinfo=UTC).timestamp()
+    seen = await scrape_until(
+        url,
+        lambda s: s.get(("sagaline_rebuild_last_swapped_timestamp_seconds", frozenset())) == newest,
+        timeout=30,
+    )
+    assert value(seen, "sagaline_rebuild_last_swapped_timestamp_seconds") == newest
+    assert value(seen, "sagaline_rebuild_last_duration_seconds") == 125.5
+    assert value(seen, "sagaline_rebuild_last_events_read") == 4321
+    assert value(seen, "sagaline_rebuild_last_rows", table="orders") == 3
+    assert value(seen, "sagaline_rebuild_last_rows", table="product_stock") == 1
+    assert len([k for k in seen if k[0] == "sagaline_rebuild_last_rows"]) == 2
+    assert value(seen, "sagaline_rebuild_last_result", result="swapped") == 1
+    assert value(seen, "sagaline_rebuild_last_result", result="failed") == 0
+
+    # A later attempt fails (the Spark job writes rebuild_failures): the result says so,
+    # the numbers stay those of the models being served, the last swapped ones.
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO rebuild_failures (run_id, topic, started_at, failed_at, stage, "
+                "error) VALUES ('bad', :topic, :started, :failed, 'offsets', 'TopicMissing')"
+            ),
+            {
+                "topic": settings.topic(EVENTS),
+                "started": datetime(2026, 1, 3, 3, 30, tzinfo=UTC),
+                "failed": datetime(2026, 1, 3, 3, 30, 2, tzinfo=UTC),
+            },
+        )
+    failed = await scrape_until(
+        url,
+        lambda s: s.get(("sagaline_rebuild_last_result", frozenset({("result", "failed")}))) == 1,
+        timeout=30,
+    )
+    assert value(failed, "sagaline_rebuild_last_result", result="failed") == 1
+    assert value(failed, "sagaline_rebuild_last_result", result="swapped") == 0
+    assert value(failed, "sagaline_rebuild_last_swapped_timestamp_seconds") == newest

@@ -1,17 +1,25 @@
-"""Set-up the rebuild relies on: its tables come from migration 0002 exactly as declared,
-and a missing jar is named with the command that fetches it."""
+"""Set-up the rebuild relies on: its tables come from migrations 0002 and 0004 exactly as
+declared, a missing jar is named with the command that fetches it, and a rebuild that fails
+(here before Spark starts: its topic does not exist) leaves a row in rebuild_failures, while
+one refused because another runs leaves none."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import text
 
+from readside import queries
 from readside.engine import create_read_engine
-from spark_projections import guard, tables
+from runtime.settings import Settings
+from spark_projections import guard, job, tables
+from spark_projections.read import TopicMissing
 from spark_projections.session import MissingJars, jar_paths
+from tests.integration.harness import BOOTSTRAP
 from tests.integration.readside import BACKENDS, fresh_database, read_engine
 
 pytestmark = pytest.mark.spark
@@ -19,7 +27,7 @@ pytestmark = pytest.mark.spark
 
 @pytest.mark.integration
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_migration_0002_creates_exactly_the_rebuild_tables(backend: str, tmp_path: Path) -> None:
+def test_migrations_create_exactly_the_rebuild_tables(backend: str, tmp_path: Path) -> None:
     def ours(name: str | None, type_: str, parents: dict[str, str | None]) -> bool:
         if type_ == "schema":
             return True
@@ -61,3 +69,30 @@ def test_only_one_rebuild_runs_against_a_database(backend: str, tmp_path: Path) 
         finally:
             first.dispose()
             second.dispose()
+
+
+@pytest.mark.integration
+def test_a_failed_rebuild_is_recorded_and_a_refused_one_is_not(tmp_path: Path) -> None:
+    settings = Settings(kafka_bootstrap=BOOTSTRAP, topic_prefix=f"nothing{uuid.uuid4().hex[:8]}")
+    with fresh_database("postgresql", tmp_path) as url, read_engine(url) as engine:
+        settings = settings.model_copy(update={"database_url": url})
+        with pytest.raises(TopicMissing, match="does not exist"):
+            job.run(settings, emit=lambda line: None)
+        with engine.connect() as conn:
+            failure = queries.last_rebuild_failure(conn)
+            history = queries.rebuild_history(conn)
+        assert failure is not None
+        assert failure.stage == "offsets"
+        assert failure.error.startswith("TopicMissing: topic nothing")
+        assert failure.started_at <= failure.failed_at
+        assert history.last_result == "failed" and history.swapped is None
+
+        other = create_read_engine(url)
+        try:
+            with guard.exclusive(other), pytest.raises(guard.AlreadyRunning):
+                job.run(settings, emit=lambda line: None)
+        finally:
+            other.dispose()
+        with engine.connect() as conn:
+            count = conn.execute(text("SELECT count(*) FROM rebuild_failures")).scalar_one()
+        assert count == 1

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sagas.contracts  # noqa: F401  (registers every contract)
+from sagas.catalog import channel as declared_channel
 from sagas.contracts.system import Tick
 from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
@@ -54,6 +55,28 @@ class Fed:
     outbound: list[Outbound]
 
 
+class Undeclared(AssertionError):
+    """A flow routed a message type its definition does not declare (``ACCEPTS``/``FACTS``):
+    the AsyncAPI document generated from the declarations would be wrong."""
+
+
+def check_declared(process: Process[Any], outbound: Iterable[Outbound]) -> None:
+    """Every fact ``process`` published is one of its ``FACTS``, and every command or reply
+    it sent to a catalog channel is one that channel's definition ``ACCEPTS``."""
+    facts = {f.TYPE for f in type(process).FACTS}
+    for out in outbound:
+        if out.channel == EVENTS_CHANNEL:
+            if out.envelope.type not in facts:
+                raise Undeclared(f"{process.name} published {out.envelope.type}: not in FACTS")
+            continue
+        target = declared_channel(out.channel)
+        if target is not None and out.envelope.type not in {m.TYPE for m in target.accepts}:
+            raise Undeclared(
+                f"{process.name} sent {out.envelope.type} to {out.channel}: not in "
+                f"{target.definition.__name__}.ACCEPTS"
+            )
+
+
 def feed(
     process: Process[Any],
     envelopes: Iterable[Envelope],
@@ -64,6 +87,7 @@ def feed(
     outbound: list[Outbound] = []
     for env in envelopes:
         result = step(process, record, env, now)
+        check_declared(process, result.outbound)
         record = result.record
         outbound.extend(result.outbound)
     assert record is not None, "feed needs at least one envelope"
@@ -79,6 +103,7 @@ class Driver:
 
     def __call__(self, env: Envelope, now: datetime = T0) -> StepResult:
         result = step(self.process, self.record, env, now)
+        check_declared(self.process, result.outbound)
         self.record = result.record
         return result
 
@@ -115,13 +140,17 @@ class Bus:
     """Delivers outbound messages to the process listening on their channel, in order.
 
     Every envelope and record goes through its wire format, as it would through Kafka and
-    the state table. Channels in ``paused``, and messages ``hold`` picks, are kept until
+    the state table. A type a definition does not declare (``ACCEPTS``, ``FACTS``) is refused
+    (:class:`Undeclared`): every flow checks the declarations the AsyncAPI document is
+    generated from. Channels in ``paused``, and messages ``hold`` picks, are kept until
     :meth:`resume`.
     """
 
     processes: dict[str, Process[Any]]
     records: dict[tuple[str, str], Record[Any]] = field(default_factory=dict)
     published: list[Envelope] = field(default_factory=list)
+    delivered: list[tuple[str, Envelope]] = field(default_factory=list)
+    """Every (channel, envelope) delivered to a process, in order."""
     paused: set[str] = field(default_factory=set)
     hold: Callable[[Outbound], bool] | None = None
     _queue: deque[Outbound] = field(default_factory=deque)
@@ -164,7 +193,11 @@ class Bus:
 
     def _deliver(self, channel: str, env: Envelope, now: datetime) -> None:
         process = self.processes[channel]
+        if env.type not in {m.TYPE for m in (*type(process).ACCEPTS, Tick)}:
+            raise Undeclared(f"{env.type} delivered to {channel}: not in its ACCEPTS")
+        self.delivered.append((channel, env))
         result = step(process, self.records.get((channel, env.key)), env, now)
+        check_declared(process, result.outbound)
         codec = Record.codec(process.state_type)
         self.records[(channel, env.key)] = codec.model_validate_json(result.record.encode())
         self._queue.extend(result.outbound)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from runtime.settings import Settings
+from sagas.contracts.deadletters import DeadLetterBody
 from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, MAX_REASON_LENGTH, DeadLetter
 
 pytestmark = pytest.mark.unit
@@ -86,3 +87,21 @@ def test_the_inline_limit_setting_keeps_two_parts_under_the_max_request_size() -
     le = next(m.le for m in most if getattr(m, "le", None) is not None)
     assert 2 * le + 16 * 1024 < PRODUCER_MAX_REQUEST_BYTES
     assert Settings.model_fields["deadletter_inline_max_bytes"].default == DEFAULT_INLINE_MAX_BYTES
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (None, None),
+        (b"o-1", b'{"type": "order.Place"}'),
+        (b"\xff\xfe", b"\x00\x01"),
+        (b"k" * 2000, b"x" * (DEFAULT_INLINE_MAX_BYTES + 1)),
+    ],
+    ids=["nothing", "text", "binary", "not-inline"],
+)
+def test_a_letter_is_what_its_contract_in_the_asyncapi_document_says(
+    key: bytes | None, value: bytes | None
+) -> None:
+    letter = DeadLetter.of(Consumed("t.order-saga", 3, 41, key, value), "bad", "order-saga")
+    body = DeadLetterBody.model_validate_json(letter.encode())  # extra fields are refused
+    assert (body.source_topic, body.partition, body.offset) == ("t.order-saga", 3, 41)

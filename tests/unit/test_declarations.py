@@ -70,6 +70,25 @@ def test_saga_statuses_must_know_their_final_ones_and_their_event_must_say_why()
     order_saga = saga_type("order")
     with pytest.raises(ValueError, match="folds another"):
         SagaType("product", order_saga.statuses, ORDERS)
+    with pytest.raises(ValueError, match=r"failed statuses \['PENDING'\] are not final"):
+        SagaStatuses(
+            orders.OrderStatusChanged,
+            ("PENDING", "DONE"),
+            frozenset({"DONE"}),
+            failed=frozenset({"PENDING"}),
+        )
+
+
+def test_failures_and_compensations_are_declared_for_the_console() -> None:
+    assert saga_type("order").statuses.failed == {"REJECTED", "CANCELLED"}
+    assert saga_type("enrollment").statuses.failed == {"REJECTED"}  # a drop is no failure
+    compensations = {t for t, m in Message.known_types().items() if m.COMPENSATION}
+    assert compensations == {
+        "ledger.Released",
+        "payment.Voided",
+        "course.SeatReleased",
+        "student.CreditsReleased",
+    }
 
 
 def test_every_model_has_its_table_and_every_saga_type_a_model_of_its_own_entities() -> None:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from runtime.settings import Settings
-from services.deadletters import Letter, RedriveRefused, original_record
+from sagas.contracts.deadletters import RedriveRecord
+from services.deadletters import Letter, Redrive, RedriveRefused, original_record, redrive_record
 from services.worker.deadletter import DeadLetter
 
 pytestmark = pytest.mark.unit
@@ -50,3 +51,15 @@ async def test_a_letter_whose_digest_disagrees_is_refused() -> None:
     tampered = Letter(7, {**letter.body, "value": "something else"})
     with pytest.raises(RedriveRefused, match="another SHA-256"):
         await original_record(Settings(), tampered)
+
+
+def test_the_redrive_topic_s_record_is_what_its_contract_says() -> None:
+    done = Redrive("t.order-saga:2:17", 2, 30, forced=True, redriven_at="2026-01-02T03:04:05+00:00")
+    record = RedriveRecord.model_validate_json(redrive_record(7, done))
+    assert (record.letter_offset, record.partition, record.offset, record.forced) == (
+        7,
+        2,
+        30,
+        True,
+    )
+    assert json.loads(redrive_record(7, done))["redriven_at"].startswith("2026-01-02T03:04:05")

@@ -1,0 +1,415 @@
+"""The console's pages under ``/console``: server-rendered HTML, no script, no build step.
+
+Reading a page needs a key with the ``read`` scope, a re-drive ``admin`` (see
+:mod:`services.api.console.session` for the login cookie and the form checks). Whatever a
+client sends (a search, a path, a form) is checked here, by hand rather than by FastAPI's
+parameter validation, so that a wrong one is an HTML page with a sentence (4xx), never the
+API's JSON error or a 500; the templates escape every value (Jinja2 autoescape).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from readside import queries
+from runtime.kafka_security import KafkaUnreachable
+from runtime.settings import Settings
+from runtime.topics import DEAD_LETTERS, EVENTS
+from services import deadletters
+from services.api.console import data, session
+from services.api.console.session import Visitor
+from services.projector.offsets import EndOffsets
+from services.projector.status import projection_status
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_ID_CHARS = 200
+PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+"""An id or a search is one line of text: no NUL (PostgreSQL cannot compare it), no control
+characters."""
+MAX_REASON_CHARS = 1000
+"""As long as a saga's reason may be (the contracts' ``Reason``)."""
+MAX_FORM_FIELDS = 10
+HEADERS = {
+    # Nothing but our own style sheet and forms: an injected tag could load or run nothing.
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    # Not "no-referrer": Chromium then sends "Origin: null" with our own forms, which the
+    # origin check would refuse. Same-origin keeps URLs (ids) from leaving the console.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+}
+
+templates = Environment(
+    loader=PackageLoader("services.api.console", "templates"),
+    autoescape=select_autoescape(["html"], default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+class ConsoleError(Exception):
+    """A request the console refuses: rendered as a page with this status and sentence."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def install(app: FastAPI) -> None:
+    """The console's routes, and its refusals rendered as pages (not the API's JSON)."""
+    app.include_router(router)
+    app.add_exception_handler(ConsoleError, _refused)  # type: ignore[arg-type]
+
+
+# --- rendering -----------------------------------------------------------------------
+
+
+def _ago(value: timedelta | None) -> str:
+    if value is None:
+        return "—"
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"+{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"+{seconds:.1f} s"
+    return f"+{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _when(value: datetime | None) -> str:
+    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+templates.filters["ago"] = _ago
+templates.filters["when"] = _when
+
+
+def render(
+    request: Request,
+    name: str,
+    visitor: Visitor | None,
+    code: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    page = templates.get_template(name).render(
+        visitor=visitor,
+        auth=request.app.state.access.keyring is not None,
+        path=request.url.path,
+        **context,
+    )
+    return HTMLResponse(page, status_code=code, headers=HEADERS)
+
+
+async def _refused(request: Request, exc: ConsoleError) -> HTMLResponse:
+    who = await session.visitor(request)
+    return render(request, "error.html", who, exc.status, status=exc.status, message=exc.message)
+
+
+# --- who, and what they sent -----------------------------------------------------------
+
+
+async def _reader(request: Request) -> Visitor | Response:
+    """The visitor, if they may read; else where to go (the login page)."""
+    who = await session.visitor(request)
+    if who is None:
+        return RedirectResponse("/console/login", status_code=303, headers=HEADERS)
+    if not who.may("read"):
+        raise ConsoleError(
+            403, f"API key {who.key_id} has no 'read' scope: the console needs a key with it."
+        )
+    return who
+
+
+def _checked(text: str, what: str) -> str:
+    if not text.strip():
+        raise ConsoleError(400, f"The {what} is empty: type an id.")
+    if len(text) > MAX_ID_CHARS:
+        raise ConsoleError(400, f"The {what} is longer than {MAX_ID_CHARS} characters.")
+    if not PRINTABLE.match(text):
+        raise ConsoleError(400, f"The {what} holds control characters; an id has none.")
+    return text.strip()
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A urlencoded form (the only kind the console's pages send), one value per field."""
+    media = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise ConsoleError(415, "The console takes its own forms only (urlencoded).")
+    try:
+        fields = parse_qs(
+            (await request.body()).decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+            max_num_fields=MAX_FORM_FIELDS,
+            errors="strict",
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConsoleError(
+            400, "The form could not be read (not UTF-8, or too many fields)."
+        ) from exc
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _from_console(request: Request, form: dict[str, str], who: Visitor) -> None:
+    """Refuse a form another site made the browser send."""
+    if not session.same_origin(request) or not session.token_matches(
+        who.form_token, form.get("form_token")
+    ):
+        raise ConsoleError(
+            403,
+            "This form did not come from this console's own page (its token or origin is "
+            "wrong). Open the page again and resend it.",
+        )
+
+
+# --- the read side and the broker ------------------------------------------------------
+
+
+def _state(request: Request, name: str) -> Any:
+    value = getattr(request.app.state, name, None)
+    if value is None:
+        raise ConsoleError(503, "This API process has no read-model database.")
+    return value
+
+
+async def _read(request: Request, query: Callable[..., T], *args: Any) -> T:
+    engine: Engine = _state(request, "engine")
+
+    def run() -> T:
+        with engine.connect() as conn:
+            return query(conn, *args)
+
+    try:
+        return await asyncio.to_thread(run)
+    except SQLAlchemyError as exc:
+        log.warning("console query failed: %s", exc)
+        raise ConsoleError(
+            503, f"The read-model database is unavailable ({type(exc).__name__}); retry later."
+        ) from exc
+
+
+async def _kafka(work: Any) -> Any:
+    try:
+        return await work
+    except KafkaUnreachable as exc:
+        raise ConsoleError(503, f"The broker is unavailable: {exc}") from exc
+
+
+# --- pages -----------------------------------------------------------------------------
+
+
+@router.get("", response_class=HTMLResponse)
+async def home(request: Request) -> Response:
+    """Search, the projection's lag and the last rebuild."""
+    who = await _reader(request)
+    if isinstance(who, Response):
+        return who
+    settings: Settings = request.app.state.settings
+    engine: Engine = _state(request, "engine")
+    end_offsets: EndOffsets = _state(request, "end_offsets")
+    try:
+        status = await projection_status(
+            engine, settings.topic(EVENTS), end_offsets, settings.gap_alert_s
+        )
+    except SQLAlchemyError as exc:
+        raise ConsoleError(503, "The read-model database is unavailable; retry later.") from exc
+    history = await _read(request, queries.rebuild_history)
+    return render(
+        request, "home.html", who, projection=status, rebuild=history.swapped, history=history
+    )
+
+
+@router.get("/search", response_class=HTMLResponse)
+async def search(request: Request) -> Response:
+    who = await _reader(request)
+    if isinstance(who, Response):
+        return who
+    text = _checked(request.query_params.get("q", ""), "search")
+    exact, found = await _read(request, data.search, text)
+    if exact is not None:
+        return RedirectResponse(_saga_url(request, exact.saga_id), 303, headers=HEADERS)
+    if not found:
+        raise ConsoleError(
+            404,
+            f"Nothing found for “{text}”: no {' or '.join(data.saga_types())} has that id, "
+            f"and no saga has it as its {', '.join(data.searched_columns())}. Check the id, "
+            "or wait for the projector to catch up.",
+        )
+    return render(request, "search.html", who, q=text, found=found)
+
+
+def _saga_url(request: Request, saga_id: str) -> str:
+    return str(request.url_for("saga", saga_id=saga_id).path)
+
+
+@router.get("/sagas/{saga_id}", response_class=HTMLResponse, name="saga")
+async def saga(request: Request, saga_id: str) -> Response:
+    """A saga's timeline (compensations marked) and its current read-model row."""
+    who = await _reader(request)
+    if isinstance(who, Response):
+        return who
+    saga_id = _checked(saga_id, "saga id")
+    page = await _read(request, data.saga_page, saga_id)
+    if page is None:
+        raise ConsoleError(404, f"No saga “{saga_id}” is projected (yet).")
+    return render(request, "saga.html", who, page=page)
+
+
+@router.get("/failures", response_class=HTMLResponse)
+async def failures(request: Request) -> Response:
+    """Recent sagas in a failed status, by type and reason."""
+    who = await _reader(request)
+    if isinstance(who, Response):
+        return who
+    kind = request.query_params.get("saga_type") or None
+    if kind is not None and kind not in data.saga_types():
+        raise ConsoleError(400, f"There is no saga type “{kind[:80]}”: choose one of the list.")
+    reason = request.query_params.get("reason") or None
+    if reason is not None and (len(reason) > MAX_REASON_CHARS or not PRINTABLE.match(reason)):
+        raise ConsoleError(400, "The reason filter is too long or holds control characters.")
+    found = await _read(request, data.failures, kind, reason)
+    return render(
+        request,
+        "failures.html",
+        who,
+        failures=found,
+        saga_type=kind,
+        reason=reason,
+        saga_types=data.saga_types(),
+    )
+
+
+@router.get("/deadletters", response_class=HTMLResponse)
+async def dead_letters(request: Request) -> Response:
+    who = await _reader(request)
+    if isinstance(who, Response):
+        return who
+    return await _letters_page(request, who)
+
+
+async def _letters_page(
+    request: Request, who: Visitor, status: int = 200, result: str = "", ok: bool = True
+) -> HTMLResponse:
+    settings: Settings = request.app.state.settings
+    letters = await _kafka(deadletters.list_letters(settings))
+    done = await _kafka(deadletters.redrives(settings))
+    return render(
+        request,
+        "deadletters.html",
+        who,
+        status,
+        letters=data.letter_views(letters, done),
+        topic=settings.topic(DEAD_LETTERS),
+        result=result,
+        ok=ok,
+    )
+
+
+@router.post("/deadletters/{letter_offset}/redrive", response_class=HTMLResponse)
+async def redrive(request: Request, letter_offset: str) -> Response:
+    """Re-send a letter's original record, as ``sagaline deadletters redrive`` does: a
+    second re-drive of the same record is refused unless the form asks to force it."""
+    who = await session.visitor(request)
+    if who is None:
+        raise ConsoleError(401, "Log in first: re-driving needs a key with the 'admin' scope.")
+    form = await _form(request)
+    _from_console(request, form, who)
+    if not who.may("admin"):
+        raise ConsoleError(
+            403, f"API key {who.key_id} has no 'admin' scope: re-driving a letter needs it."
+        )
+    if not letter_offset.isdigit() or len(letter_offset) > 18:
+        raise ConsoleError(404, "There is no dead letter at that offset.")
+    settings: Settings = request.app.state.settings
+    force = form.get("force") == "yes"
+    try:
+        done = await _kafka(deadletters.redrive(settings, int(letter_offset), force=force))
+    except deadletters.RedriveRefused as exc:
+        return await _letters_page(request, who, 409, f"Refused: {exc}.", ok=False)
+    again = " again (forced)" if done.forced else ""
+    log.info("console: key %s re-drove %s%s", who.key_id, done.source, again)
+    return await _letters_page(
+        request,
+        who,
+        result=f"Re-drove letter {letter_offset} ({done.source}){again} to partition "
+        f"{done.partition}, offset {done.offset}.",
+    )
+
+
+# --- logging in and out ----------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request) -> Response:
+    return render(request, "login.html", await session.visitor(request))
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    if not session.same_origin(request):
+        raise ConsoleError(403, "This login form did not come from this console's own page.")
+    form = await _form(request)
+    key = form.get("api_key", "").strip()
+    who = await session.login(request.app.state.access, key)
+    if who is None:
+        return render(
+            request,
+            "login.html",
+            None,
+            401,
+            message="That API key is not valid here (unknown, revoked or mistyped).",
+        )
+    if not who.may("read"):
+        return render(
+            request,
+            "login.html",
+            None,
+            403,
+            message=f"API key {who.key_id} has no 'read' scope: the console needs a key with it.",
+        )
+    response = RedirectResponse("/console", status_code=303, headers=HEADERS)
+    if request.app.state.access.keyring is not None:
+        session.keep(response, request, key)
+    return response
+
+
+@router.post("/logout", response_class=HTMLResponse)
+async def logout(request: Request) -> Response:
+    who = await session.visitor(request)
+    if who is not None:
+        _from_console(request, await _form(request), who)
+    response = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
+    session.forget(response, request)
+    return response
+
+
+@router.get("/console.css", include_in_schema=False)
+async def style() -> Response:
+    css = resources.files("services.api.console").joinpath("templates/console.css").read_text()
+    return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=300"})
+
+
+@router.api_route("/{rest:path}", methods=["GET", "HEAD"], response_class=HTMLResponse)
+async def unknown(request: Request, rest: str) -> Response:
+    if rest == "":  # /console/ is the overview too
+        return RedirectResponse("/console", status_code=308, headers=HEADERS)
+    raise ConsoleError(404, "There is no such console page. The links above lead to every page.")
