@@ -1,7 +1,7 @@
 """The REST API alone under `wrk`: POST /orders/s and GET /healthz/s, beside a baseline.
 
     python -m benchmarks.bench_api [--seconds 15] [--connections 32] [--rounds 2]
-        [--baseline-ref main] [--lingers 1] [--workers 1] [--access-log]
+        [--baseline-ref main] [--lingers 0] [--workers 1] [--access-log]
 
 The API runs alone against the real broker (no worker, no projector: accepted commands just
 land on the command topic). Each measurement is `wrk` with 32 connections for a fixed time,
@@ -195,7 +195,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--lingers",
         type=lambda s: [float(x) for x in s.split(",")],
-        default=[1.0],
+        default=[0.0],
         help="producer linger_ms values of this API to measure (comma-separated; first is the headline)",
     )
     parser.add_argument(

@@ -204,12 +204,12 @@ class Settings(BaseSettings):
     )
     api_access_log: bool = Field(
         False,
-        description="Log a line per HTTP request (uvicorn's access log); off by default: /metrics counts requests by route and status, and the line cost ~10% of POST /orders throughput",
+        description="Log a line per HTTP request (uvicorn's access log); off by default: /metrics counts requests by route and status, and the line costs about a third of the API's CPU per POST /orders (bench_api)",
     )
     api_producer_linger_ms: float = Field(
-        1.0,
+        0.0,
         ge=0,
-        description="How long the API's command producer waits for more commands to share a produce request (chosen by benchmarks/bench_api.py; adds at most that much to a 202)",
+        description="How long the command producer of the API (and CLI) waits for more commands to share a produce request; 0 still batches, as commands queue while the previous request to a broker is in flight (bench_api: 0 ms did best of 0, 1 and 5; adds at most that much to a 202)",
     )
     api_producer_max_batch_bytes: int = Field(
         16384,
