@@ -197,6 +197,29 @@ class Settings(BaseSettings):
         ge=1,
         description="Commands a key may send at once before SAGALINE_API_RATE_PER_S paces it (the bucket's size)",
     )
+    api_workers: int = Field(
+        1,
+        ge=1,
+        description="API processes behind the one port (uvicorn workers); each has its own command producer, key ring (each re-reads the key file), rate buckets (so N processes allow N x SAGALINE_API_RATE_PER_S per key) and /metrics",
+    )
+    api_access_log: bool = Field(
+        False,
+        description="Log a line per HTTP request (uvicorn's access log); off by default: /metrics counts requests by route and status, and the line costs about a third of the API's CPU per POST /orders (bench_api)",
+    )
+    api_producer_linger_ms: float = Field(
+        0.0,
+        ge=0,
+        description="How long the command producer of the API (and CLI) waits for more commands to share a produce request; 0 still batches, as commands queue while the previous request to a broker is in flight (bench_api: 0 and 1 ms the same within the noise, 5 ms worse; adds at most that much to a 202)",
+    )
+    api_producer_max_batch_bytes: int = Field(
+        16384,
+        ge=1024,
+        description="Largest batch of commands per partition in one produce request of the API's producer",
+    )
+    api_opentelemetry: bool = Field(
+        False,
+        description="FastAPI's built-in OpenTelemetry spans, metrics and logs, for a process with an OpenTelemetry SDK configured; off: a request skips the provider check (Sagaline reports through /metrics)",
+    )
 
     projector_batch_size: int = Field(
         2000,

@@ -106,17 +106,15 @@ def worker() -> None:
 def api() -> None:
     """Run the REST API (uvicorn)."""
     from services.api.app import create_api
-    from services.api.server import serve
+    from services.api.server import serve, serve_workers
 
     settings = get_settings()
     _logging()
-    serve(
-        create_api(settings),
-        settings.api_host,
-        settings.api_port,
-        settings.shutdown_grace_s,
-        own_logging=settings.log_format == "json",
-    )
+    own_logging = settings.log_format == "json"
+    if settings.api_workers > 1:
+        serve_workers(settings, own_logging)
+    else:
+        serve(create_api(settings), settings, own_logging)
 
 
 @main.command()

@@ -22,7 +22,10 @@ class Position:
 
 
 class CommandBus:
-    """An idempotent, acks=all producer: a retry can neither duplicate nor reorder a command."""
+    """An idempotent, acks=all producer: a retry can neither duplicate nor reorder a command.
+
+    One per API process, shared by all its requests: their sends go into the producer's
+    per-partition batches together, and one produce request carries many commands."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -30,7 +33,10 @@ class CommandBus:
             **aiokafka_options(settings),
             enable_idempotence=True,
             acks="all",
-            linger_ms=1,
+            # Concurrent requests' commands share produce requests: each waits up to the
+            # linger for others (settings; chosen by benchmarks/bench_api.py).
+            linger_ms=settings.api_producer_linger_ms,
+            max_batch_size=settings.api_producer_max_batch_bytes,
             request_timeout_ms=10_000,
         )
 

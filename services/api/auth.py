@@ -140,7 +140,10 @@ async def _caller(
             f"{route} needs an API key with the '{scope}' scope, sent as "
             "'Authorization: Bearer <key>'"
         )
-    stored = await asyncio.to_thread(access.keyring.authenticate, credentials.credentials)
+    # A key verified before is recognised on the loop; only a new one costs scrypt (a thread).
+    stored = access.keyring.recognise(credentials.credentials)
+    if stored is None:
+        stored = await asyncio.to_thread(access.keyring.authenticate, credentials.credentials)
     if stored is None:
         raise _unauthorized(
             "the API key is not valid here (unknown, revoked or mistyped); "

@@ -167,6 +167,9 @@ class StrictJsonRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Response:
-            return await handler(StrictJsonRequest(request.scope, request.receive))
+            if not isinstance(request, StrictJsonRequest):
+                request = StrictJsonRequest(request.scope, request.receive)
+            # else: one a fast path (services.api.fastpath) has read: its body is cached there
+            return await handler(request)
 
         return strict

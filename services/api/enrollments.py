@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Response
 from sqlalchemy import Connection
 
 from readside import queries
@@ -22,7 +22,7 @@ from sagas.projections.enrollments import ENROLLMENTS, EnrollmentRow
 from sagas.projections.roster import COURSE_ROSTER
 from sagas.projections.students import STUDENT_ENROLLMENTS, StudentRow
 from services.api.body import StrictJsonRoute
-from services.api.commands import command_id, dispatch, new_entity_id
+from services.api.commands import accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.enrollment_models import (
     CourseAccepted,
@@ -82,12 +82,12 @@ COMMAND_ERRORS = documented(400, 404, 415, 503, s404="No route matches (an id wi
 )
 async def set_course(
     course_id: CourseId, course: CourseRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
-) -> CourseAccepted:
+) -> Response:
     """Create or change a course; a capacity below the seats taken is refused by the course
     (its roster's event says why)."""
     message_id = command_id(f"course/{course_id}", idempotency_key)
     await dispatch(bus, COURSE, course.command(), key=course_id, message_id=message_id)
-    return CourseAccepted(course_id=course_id, consistency_token=message_id)
+    return accepted(CourseAccepted, course_id=course_id, consistency_token=message_id)
 
 
 @student_commands.put(
@@ -98,11 +98,11 @@ async def set_student(
     student: StudentRequest,
     bus: BusDep,
     idempotency_key: IdempotencyKey = None,
-) -> StudentAccepted:
+) -> Response:
     """Create or change a student; ``max_credits`` below the credits taken is refused."""
     message_id = command_id(f"student/{student_id}", idempotency_key)
     await dispatch(bus, STUDENT, student.command(), key=student_id, message_id=message_id)
-    return StudentAccepted(student_id=student_id, consistency_token=message_id)
+    return accepted(StudentAccepted, student_id=student_id, consistency_token=message_id)
 
 
 @enrollment_commands.post(
@@ -110,7 +110,7 @@ async def set_student(
 )
 async def enroll(
     request: EnrollRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
-) -> EnrollmentAccepted:
+) -> Response:
     """Ask to enroll a student in a course: a seat, or a place on its waitlist."""
     enrollment_id = new_entity_id(f"enrollment/{request.student_id}", idempotency_key)
     message_id = external_command_id(enrollment_id, "enroll")
@@ -122,7 +122,7 @@ async def enroll(
         saga_id=enrollment_id,
         message_id=message_id,
     )
-    return EnrollmentAccepted(enrollment_id=enrollment_id, consistency_token=message_id)
+    return accepted(EnrollmentAccepted, enrollment_id=enrollment_id, consistency_token=message_id)
 
 
 @enrollment_commands.delete(
@@ -130,12 +130,12 @@ async def enroll(
 )
 async def drop(
     enrollment_id: EnrollmentId, bus: BusDep, idempotency_key: IdempotencyKey = None
-) -> DropAccepted:
+) -> Response:
     """Drop the course (from ENROLLED, WAITLISTED or under way); a drop the enrollment
     cannot take (it ended already) changes nothing and its timeline says why."""
     message_id = command_id(f"drop/{enrollment_id}", idempotency_key)
     await _to_saga(bus, enrollment_id, e.Drop(), message_id)
-    return DropAccepted(enrollment_id=enrollment_id, consistency_token=message_id)
+    return accepted(DropAccepted, enrollment_id=enrollment_id, consistency_token=message_id)
 
 
 @enrollment_commands.post(
@@ -149,13 +149,16 @@ async def transfer(
     request: TransferRequest,
     bus: BusDep,
     idempotency_key: IdempotencyKey = None,
-) -> TransferAccepted:
+) -> Response:
     """Move an ENROLLED enrollment to another course; it keeps its seat until the new one
     is confirmed, and stays where it is (with a reason) when the move fails."""
     message_id = command_id(f"transfer/{enrollment_id}", idempotency_key)
     await _to_saga(bus, enrollment_id, request.command(), message_id)
-    return TransferAccepted(
-        enrollment_id=enrollment_id, course_id=request.course_id, consistency_token=message_id
+    return accepted(
+        TransferAccepted,
+        enrollment_id=enrollment_id,
+        course_id=request.course_id,
+        consistency_token=message_id,
     )
 
 

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Response
 from pydantic import BaseModel, Field
 
 from runtime.topics import ORDER_SAGA
 from sagas.contracts.orders import CancelOrder
 from sagas.ids import external_command_id
-from services.api.body import StrictJsonRoute
-from services.api.commands import Accepted, command_id, dispatch, new_entity_id
+from services.api.body import StrictJsonRequest
+from services.api.commands import Accepted, accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.errors import documented
+from services.api.fastpath import (
+    FastCommandRoute,
+    commands_caller,
+    fast_path,
+    idempotency_key,
+    json_body,
+    plain_json,
+    spend,
+    validated,
+)
 from services.api.requests import ENTITY_ID, TEXT, OrderRequest
+from services.bus import CommandBus
 
-router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
+router = APIRouter(prefix="/orders", tags=["orders"], route_class=FastCommandRoute)
 
 
 class OrderAccepted(Accepted):
@@ -43,15 +54,36 @@ IdempotencyKey = Annotated[
 ]
 
 
+async def _place_fast(request: StrictJsonRequest) -> Response | None:
+    """POST /orders for a plainly valid request (services.api.fastpath); None: the route's
+    FastAPI handler answers it (every error included)."""
+    if not plain_json(request) or (caller := commands_caller(request)) is None:
+        return None
+    usable, key = idempotency_key(request)
+    if not usable:
+        return None
+    usable, value = await json_body(request)
+    if not usable or (order := validated(OrderRequest, value)) is None:
+        return None
+    if not spend(request, caller):  # the guard spends in the same order: key, then body
+        return None
+    return await _place(order, request.app.state.bus, key)
+
+
 @router.post("", status_code=202, response_model=OrderAccepted, responses=documented(400, 415, 503))
+@fast_path(_place_fast)
 async def place_order(
     order: OrderRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
-) -> OrderAccepted:
+) -> Response:
+    return await _place(order, bus, idempotency_key)
+
+
+async def _place(order: OrderRequest, bus: CommandBus, idempotency_key: str | None) -> Response:
     order_id = new_entity_id(f"order/{order.customer_id}", idempotency_key)
     message_id = external_command_id(order_id, "place")
     command = order.command()
     await dispatch(bus, ORDER_SAGA, command, key=order_id, saga_id=order_id, message_id=message_id)
-    return OrderAccepted(order_id=order_id, consistency_token=message_id)
+    return accepted(OrderAccepted, order_id=order_id, consistency_token=message_id)
 
 
 @router.post(
@@ -65,7 +97,7 @@ async def cancel_order(
     bus: BusDep,
     body: CancelRequest | None = None,
     idempotency_key: IdempotencyKey = None,
-) -> CancelAccepted:
+) -> Response:
     reason = (body or CancelRequest()).reason
     message_id = command_id(f"cancel/{order_id}", idempotency_key)
     await dispatch(
@@ -76,4 +108,4 @@ async def cancel_order(
         saga_id=order_id,
         message_id=message_id,
     )
-    return CancelAccepted(order_id=order_id, consistency_token=message_id)
+    return accepted(CancelAccepted, order_id=order_id, consistency_token=message_id)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Response
 
 from runtime.topics import INVENTORY
 from services.api.body import StrictJsonRoute
-from services.api.commands import Accepted, command_id, dispatch
+from services.api.commands import Accepted, accepted, command_id, dispatch
 from services.api.deps import BusDep
 from services.api.errors import documented
 from services.api.requests import ENTITY_ID, StockRequest
@@ -35,7 +35,9 @@ async def set_stock(
     stock: StockRequest,
     bus: BusDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
-) -> StockAccepted:
+) -> Response:
     message_id = command_id(f"stock/{product_id}", idempotency_key)
     await dispatch(bus, INVENTORY, stock.command(), key=product_id, message_id=message_id)
-    return StockAccepted(product_id=product_id, on_hand=stock.on_hand, consistency_token=message_id)
+    return accepted(
+        StockAccepted, product_id=product_id, on_hand=stock.on_hand, consistency_token=message_id
+    )
