@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
-from benchmarks.common import RssSampler, git_rev, machine, summary_ms
+from benchmarks.common import RssSampler, c_extensions, git_rev, machine, summary_ms
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
@@ -210,6 +210,7 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
     )
+    print(f"ext       {c_extensions()}")
     print(
         f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
     )

@@ -132,6 +132,11 @@ class Settings(BaseSettings):
         le=450 * 1024,
         description="A dead letter carries the original key and value inline up to this size (JSON-encoded); larger ones are named by size and SHA-256 and stay in their source topic at the letter's partition and offset (keeps every letter under the producer's 1 MB max request size)",
     )
+    state_cache_keys: int = Field(
+        10_000,
+        ge=0,
+        description="Decoded table states the worker keeps in memory per process, so a key's record is not parsed from JSON for every message (0: no cache)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

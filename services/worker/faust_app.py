@@ -193,6 +193,7 @@ def _register(
         first_offset=probe.first_at_or_after,
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
+        state_cache_keys=settings.state_cache_keys,
     )
     within = settings.batch_within_ms / 1000
 
@@ -293,6 +294,8 @@ def _resume_from_stored_positions(
         await seek_to_committed()
         for runner in runners:
             runner.positions.forget()
+            # Tables were just recovered: what another worker wrote meanwhile is in them.
+            runner.states.clear()
         by_topic = {runner.topic: runner for runner in runners}
         for tp in consumer.assignment():
             owner = by_topic.get(tp.topic)
@@ -309,6 +312,13 @@ def _resume_from_stored_positions(
                 log.info("%s[%d]: no stored position; starting at the earliest record", *tp)
 
     consumer.perform_seek = perform_seek  # type: ignore[method-assign]
+
+    async def drop_revoked(*args: Any, **kwargs: Any) -> None:
+        revoked: set[TP] = set(args[1])  # called as (sender, revoked)
+        for runner in runners:
+            runner.states.drop_partitions(t.partition for t in revoked if t.topic == runner.topic)
+
+    app.on_partitions_revoked.connect(drop_revoked)
 
 
 def _rocksdb_options(settings: Settings) -> dict[str, int]:

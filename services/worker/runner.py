@@ -12,6 +12,10 @@ The batch's input positions are stored with its states, after them (see
 from Faust's committed offset, so no record is skipped whatever the consumer group's
 bookkeeping does. The table makes one batch's writes durable in their order (see
 :meth:`Table.write`), so a position never outruns a state it covers.
+
+Decoded states stay in a :class:`~services.worker.state_cache.StateCache` between batches;
+it is filled only from what the table returned or after a write returned, so a decision
+never sees a state the table does not hold.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, DeadLetter
 from services.worker.deadlines import DeadlineIndex
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions, Plan
+from services.worker.state_cache import StateCache
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +132,12 @@ class ProcessRunner:
     monotonic: Callable[[], float] = time.monotonic
     max_message_bytes: int = MAX_RECORD_BYTES
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
+    state_cache_keys: int = 10_000
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
         self.positions = InputPositions(self.table.load_position)
+        self.states = StateCache(self.state_cache_keys)
 
     @property
     def topic(self) -> str:
@@ -143,12 +150,20 @@ class ProcessRunner:
         self.deadlines.rebuild(entries, monotonic_now)
 
     def load(self, key: str, partition: int) -> Record[Any] | None:
+        """The table's state of ``key``, decoded (from the cache when it holds it)."""
+        if (cached := self.states.get(key, partition)) is not None:
+            return cached
         raw = self.table.load(key, partition)
-        return None if raw is None else self._codec.model_validate_json(raw)
+        if raw is None:
+            return None
+        record = self._codec.model_validate_json(raw)
+        self.states.put(key, partition, record, self.states.generation)
+        return record
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
         """Process a batch; when it raises, nothing of it was stored and it may be retried."""
         plan = self.positions.plan(batch, self.monotonic())
+        generation = self.states.generation
         fresh: dict[str, Record[Any]] = {}
         partitions: dict[str, int] = {}
         outbound: list[_Encoded] = []
@@ -170,9 +185,15 @@ class ProcessRunner:
         await self._publish(outbound, dead)
         published = time.perf_counter()
         states = [StateWrite(key, rec.encode(), partitions[key]) for key, rec in fresh.items()]
-        await self.table.write(states, self._positions_to_store(plan, batch))
+        try:
+            await self.table.write(states, self._positions_to_store(plan, batch))
+        except BaseException:
+            # Some of the states may be stored, some not: the cache knows neither.
+            self.states.discard(fresh)
+            raise
         for key, rec in fresh.items():
             self.deadlines.schedule(key, rec.next_deadline())
+            self.states.put(key, partitions[key], rec, generation)
         self._count_skipped(plan)
         self.positions.commit(plan)
         await self._rewind(plan)
