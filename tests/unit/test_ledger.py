@@ -342,3 +342,18 @@ def test_released_on_expiry_names_the_saga_that_held_it():
     result = step(LEDGER, record, tick(P), at(6))
     [event] = event_envelopes(result.outbound)
     assert (event.type, event.saga_id) == ("ledger.Released", "o-7")
+
+
+def test_closed_reservations_keep_the_newest_window_with_a_repeat_moved_last():
+    ledger = Driver(CapacityLedger(name="inventory", entity_type="product", closed_window=3))
+    ledger(set_capacity(100))
+    for saga in ("o-1", "o-2", "o-3", "o-4"):
+        ledger(reserve(saga, quantity=1))
+        ledger(confirm(saga))
+    assert list(ledger.state.closed) == ["o-2:p1", "o-3:p1", "o-4:p1"]
+    ledger(reserve("o-5", quantity=1))
+    ledger(cancel("o-5"))
+    ledger(reserve("o-6", quantity=1))
+    ledger(confirm("o-6"))
+    assert list(ledger.state.closed) == ["o-4:p1", "o-5:p1", "o-6:p1"]
+    assert ledger.state.closed["o-5:p1"].outcome == "cancelled"
