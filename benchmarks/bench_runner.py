@@ -1,13 +1,14 @@
 """The worker's own CPU per record, without Kafka: the agent body on an in-memory table.
 
-    python -m benchmarks.bench_runner [--records 20000] [--products 200]
+    python -m benchmarks.bench_runner [--records 20000] [--products 200] [--repeat 3]
 
 Runs the inventory ledger's agent body (:class:`~services.worker.runner.ProcessRunner`) over
 batches of 200 reserve/confirm pairs, with the decoded-state cache off and on, on spread
 products and on one hot product whose record carries a long history. Sends complete at once
 and the table is a dict, so what is timed is decode, decide, encode and bookkeeping: the part
 of the worker this process can change, measured apart from the broker and the shared CPUs'
-noise (still: compare the ratios printed in one run).
+noise: rates are per CPU-second of this process (still: compare ratios printed in one run;
+CPU caches and clock are shared).
 """
 
 from __future__ import annotations
@@ -67,10 +68,12 @@ async def _rate(records: list[Incoming], cache_keys: int) -> float:
         metrics=Metrics(),
         state_cache_keys=cache_keys,
     )
-    start = time.perf_counter()
+    # CPU time of this process, not wall time: time the shared cores spent on other work
+    # while this one waited to run is not counted.
+    start = time.process_time()
     for base in range(0, len(records), BATCH):
         await runner.handle_batch(records[base : base + BATCH])
-    return len(records) / (time.perf_counter() - start)
+    return len(records) / (time.process_time() - start)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -78,11 +81,15 @@ async def main(args: argparse.Namespace) -> None:
     print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
     for label, products in (("spread", args.products), ("hot", 1)):
         records = _records(args.records, products)
-        off = await _rate(records, 0)
-        on = await _rate(records, 10_000)
+        # Interleaved repeats, best of each: other work on the shared cores only slows runs.
+        off = on = 0.0
+        for _ in range(args.repeat):
+            off = max(off, await _rate(records, 0))
+            on = max(on, await _rate(records, 10_000))
         print(
-            f"{label:<9} {len(records):,} records over {products} product(s): cache off "
-            f"{off:,.0f} records/s, cache on {on:,.0f} records/s = {on / off:.2f}x"
+            f"{label:<9} {len(records):,} records over {products} product(s), best of "
+            f"{args.repeat}: cache off {off:,.0f}, cache on {on:,.0f} records/CPU-s "
+            f"= {on / off:.2f}x"
         )
     print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
 
@@ -93,4 +100,5 @@ if __name__ == "__main__":
     )
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--products", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
     asyncio.run(main(parser.parse_args()))
