@@ -33,7 +33,14 @@ SCANNED_TESTS = ("tests/integration", "tests/spark")
 DECLARED_NAMES = frozenset(m.entity_type for m in READ_MODELS) | frozenset(
     m.name for m in READ_MODELS
 )
-FOLDS = {m.fold.__name__: m.fold.__module__ for m in READ_MODELS}
+FOLDS = {
+    name: m.row_type.__module__
+    for m in READ_MODELS
+    for name, value in vars(sys.modules[m.row_type.__module__]).items()
+    if value is m.fold
+}
+"""A declared model's fold, by the name its declaring module binds it to (a fold may be
+made by a factory, e.g. ``apply_stock = latest_fact_fold(...)``)."""
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,10 @@ write_config() {
     echo "max_connections = 200"
     echo "log_min_messages = warning"
     echo "log_line_prefix = '%m [%p] %q%u@%d '"
+    # Logical decoding for the legacy school database's change data capture: the
+    # Debezium connector (deploy/local/connect.sh) reads the WAL through a pgoutput
+    # replication slot. Takes effect at server start only (see warn_wal_level).
+    echo "wal_level = logical"
     if [[ "$PG_FAST" == "1" ]]; then
       echo "# SAGALINE_PG_FAST=1: durability off for speed (throwaway data only)"
       echo "fsync = off"
@@ -226,12 +230,23 @@ wait_ready() {
   done
 }
 
+# A cluster started before wal_level = logical was configured keeps `replica` until it
+# is restarted; say so instead of letting the Debezium connector fail later.
+warn_wal_level() {
+  local level
+  level="$(printf 'SHOW wal_level;\n' | as_pg "$(bindir)/psql" -X -q -At -h "$RUN" -p "$PG_PORT" -U postgres -d postgres 2>/dev/null || true)"
+  if [[ "$level" != "logical" ]]; then
+    log "WARNING: wal_level is '${level}', not 'logical': change data capture (Debezium) needs a restart of this cluster ($0 stop && $0 start)"
+  fi
+}
+
 cmd_start() {
   cmd_install
   locate_or_create
   local t0=$SECONDS
   if is_running; then
     log "already running (data: ${DATA})"
+    warn_wal_level
   else
     is_port_open "$HOST" "$PG_PORT" \
       && die "port ${HOST}:${PG_PORT} is already in use by another process (set SAGALINE_PG_PORT)"

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sagas.contracts import enrollment as e
-from sagas.messages import Envelope
 from sagas.projections.declare import (
     Column,
     EntityId,
@@ -19,7 +18,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, entity_id
+from sagas.projections.rows import Row, latest_fact_fold
 
 
 class RosterRow(Row):
@@ -34,24 +33,11 @@ class RosterRow(Row):
     last_sequence: int
 
 
-def apply_roster(row: RosterRow | None, event: Envelope) -> RosterRow | None:
-    message = event.message()
-    if not isinstance(message, e.CourseFact):
-        return row
-    return RosterRow(
-        course_id=entity_id(event),
-        title=message.title,
-        capacity=message.capacity,
-        credits=message.credits,
-        enrolled=message.enrolled,
-        held=message.held,
-        waitlist=message.waitlist,
-        updated_at=event.occurred_at,
-        last_sequence=event.sequence or 0,
-    )
+apply_roster = latest_fact_fold(RosterRow, e.CourseFact)
+"""A course's row is its latest course fact (every one carries the roster after it)."""
 
 
-_FACT = e.CourseFact  # every course fact carries the roster after it
+_FACT = e.CourseFact
 
 COURSE_ROSTER: ReadModel[RosterRow] = ReadModel(
     name="course_roster",

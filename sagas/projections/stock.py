@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sagas.contracts import ledger
-from sagas.messages import Envelope
 from sagas.projections.declare import (
     Column,
     Difference,
@@ -18,7 +17,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, entity_id
+from sagas.projections.rows import Row, latest_fact_fold
 
 
 class StockRow(Row):
@@ -30,21 +29,15 @@ class StockRow(Row):
     last_sequence: int
 
 
-def apply_stock(row: StockRow | None, event: Envelope) -> StockRow | None:
-    message = event.message()
-    if not isinstance(message, ledger.LedgerFact):
-        return row
-    return StockRow(
-        product_id=entity_id(event),
-        on_hand=message.on_hand,
-        reserved=message.reserved,
-        available=message.on_hand - message.reserved,
-        updated_at=event.occurred_at,
-        last_sequence=event.sequence or 0,
-    )
+apply_stock = latest_fact_fold(
+    StockRow,
+    ledger.LedgerFact,
+    derived=lambda fact: {"available": fact.on_hand - fact.reserved},
+)
+"""A product's row is its latest ledger fact (every one carries the totals after it)."""
 
 
-_FACT = ledger.LedgerFact  # every ledger fact carries the totals after it
+_FACT = ledger.LedgerFact
 
 PRODUCT_STOCK: ReadModel[StockRow] = ReadModel(
     name="product_stock",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sagas.contracts import enrollment as e
-from sagas.messages import Envelope
 from sagas.projections.declare import (
     Column,
     EntityId,
@@ -19,7 +18,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, entity_id
+from sagas.projections.rows import Row, latest_fact_fold
 
 
 class StudentRow(Row):
@@ -33,23 +32,11 @@ class StudentRow(Row):
     last_sequence: int
 
 
-def apply_student(row: StudentRow | None, event: Envelope) -> StudentRow | None:
-    message = event.message()
-    if not isinstance(message, e.StudentFact):
-        return row
-    return StudentRow(
-        student_id=entity_id(event),
-        name=message.name,
-        max_credits=message.max_credits,
-        credits_used=message.credits_used,
-        credits_held=message.credits_held,
-        enrollments=message.enrollments,
-        updated_at=event.occurred_at,
-        last_sequence=event.sequence or 0,
-    )
+apply_student = latest_fact_fold(StudentRow, e.StudentFact)
+"""A student's row is its latest student fact (every one carries the student after it)."""
 
 
-_FACT = e.StudentFact  # every student fact carries the student after it
+_FACT = e.StudentFact
 
 STUDENT_ENROLLMENTS: ReadModel[StudentRow] = ReadModel(
     name="student_enrollments",

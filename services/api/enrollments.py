@@ -39,7 +39,15 @@ from services.api.enrollment_models import (
     TransferRequest,
 )
 from services.api.errors import documented
-from services.api.queries import ERRORS, EngineDep, ReadAfterDep, WatchDep, not_found, read_query
+from services.api.queries import (
+    ERRORS,
+    EngineDep,
+    ReadAfterDep,
+    WatchDep,
+    not_found,
+    read_query,
+    row_or_404,
+)
 from services.api.requests import ENTITY_ID
 from services.bus import CommandBus
 
@@ -175,20 +183,16 @@ async def get_enrollment(
     await after.applied()
     if after.wait_given:
         await watch.settled(_ENROLLMENT_SAGA.key(enrollment_id), after.remaining())
-    row = await read_query(engine, queries.get_row, ENROLLMENTS, enrollment_id)
-    if row is None:
-        raise not_found(f"enrollment {enrollment_id!r}")
-    return EnrollmentPublic.of(row)
+    what = f"enrollment {enrollment_id!r}"
+    return EnrollmentPublic.of(await row_or_404(engine, ENROLLMENTS, enrollment_id, what))
 
 
 @courses.get("/{course_id}/roster", response_model=RosterPublic, responses=ERRORS)
 async def get_roster(course_id: CourseId, engine: EngineDep, after: ReadAfterDep) -> RosterPublic:
     """A course: who is enrolled, how many seats are held, its waitlist in position order."""
     await after.applied()
-    row = await read_query(engine, queries.get_row, COURSE_ROSTER, course_id)
-    if row is None:
-        raise not_found(f"course {course_id!r}")
-    return RosterPublic.of(row)
+    what = f"course {course_id!r}"
+    return RosterPublic.of(await row_or_404(engine, COURSE_ROSTER, course_id, what))
 
 
 @students.get(

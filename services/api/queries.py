@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from readside import queries
 from runtime.topics import EVENTS
 from sagas.catalog import SAGA_TYPES, saga_type
-from sagas.projections.declare import SagaType
+from sagas.projections.declare import ReadModel, SagaType
 from sagas.projections.orders import ORDERS
 from sagas.projections.rows import TimelineRow
 from sagas.projections.stock import PRODUCT_STOCK
@@ -42,6 +42,7 @@ from services.projector.status import projection_status
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 DEFAULT_WAIT_S = 5.0
 MAX_WAIT_S = 30.0
 TOKEN_PATTERN = r"^cmd-[0-9a-f]{32}$"
@@ -206,6 +207,14 @@ def _unavailable(exc: SQLAlchemyError) -> HTTPException:
     )
 
 
+async def row_or_404(engine: Engine, model: ReadModel[M], entity_id: str, what: str) -> M:
+    """An entity's row in ``model``; 404 naming ``what`` when there is none yet."""
+    row: M | None = await read_query(engine, queries.get_row, model, entity_id)
+    if row is None:
+        raise not_found(what)
+    return row
+
+
 def not_found(what: str) -> HTTPException:
     return HTTPException(
         404,
@@ -239,10 +248,7 @@ async def get_order(
     await after.applied()
     if after.wait_given:  # an order's settled statuses are its final ones
         await watch.settled(ORDER_SAGA.key(order_id), after.remaining())
-    row = await read_query(engine, queries.get_row, ORDERS, order_id)
-    if row is None:
-        raise not_found(f"order {order_id!r}")
-    return OrderPublic.of(row)
+    return OrderPublic.of(await row_or_404(engine, ORDERS, order_id, f"order {order_id!r}"))
 
 
 @customers.get("/{customer_id}/orders", response_model=CustomerOrders, responses=ERRORS)
@@ -267,10 +273,8 @@ async def customer_orders(
 async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> StockPublic:
     """A product's stock: on hand, reserved, available."""
     await after.applied()
-    row = await read_query(engine, queries.get_row, PRODUCT_STOCK, product_id)
-    if row is None:
-        raise not_found(f"stock of product {product_id!r}")
-    return StockPublic.of(row)
+    what = f"stock of product {product_id!r}"
+    return StockPublic.of(await row_or_404(engine, PRODUCT_STOCK, product_id, what))
 
 
 @sagas.get("/{saga_id}", response_model=TimelinePublic, responses=ERRORS)

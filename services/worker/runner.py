@@ -277,7 +277,7 @@ class ProcessRunner:
             if incoming.key != key.encode():
                 shown = incoming.key[:60].decode(errors="replace")
                 raise ContractError(f"record key {shown!r} differs from envelope key {key!r}")
-            current = fresh.get(key) or self.load(key, incoming.partition)
+            current = fresh[key] if key in fresh else self.load(key, incoming.partition)
             result = step(self.process, current, envelope, now, self.seen_window)
         except ContractError as exc:
             self.metrics.inc(name, "invalid")

@@ -184,6 +184,12 @@ def test_an_assertion_about_what_a_route_answered_is_no_dispatch() -> None:
     assert findings_in(Path("tests/integration/x.py"), source, "tests.integration.x") == []
 
 
+def test_a_fold_made_by_a_factory_is_found_by_the_name_its_module_gives_it() -> None:
+    source = "from sagas.projections.stock import apply_stock\n"
+    found = findings_in(Path("readside/x.py"), source, "readside.x")
+    assert [f.what for f in found] == ["imports the fold apply_stock of sagas.projections.stock"]
+
+
 def test_the_declaring_module_may_name_its_own_fold() -> None:
     source = "from sagas.projections.orders import apply_order\n"
     assert findings_in(Path("x.py"), source, "sagas.projections.orders") == []
