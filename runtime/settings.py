@@ -154,6 +154,11 @@ class Settings(BaseSettings):
     payment_max_amount: Decimal = Field(
         Decimal("10000"), description="Orders above this amount are declined"
     )
+    dedupe_retention_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long a participant (stock, seats, credits) remembers a reservation it finished, to answer a repeated or late command about it the same way; older ones are forgotten, so a hot key's record does not grow with its history. Keep it well above SAGALINE_STEP_TIMEOUT_S and SAGALINE_RESERVATION_TTL_S (why: sagas/participants/ledger.py, `_remember`)",
+    )
 
     api_host: str = Field("127.0.0.1", description="Address the REST API listens on")
     api_port: int = Field(8000, description="Port of the REST API")

@@ -25,7 +25,8 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         step_timeout=timedelta(seconds=settings.step_timeout_s),
         reservation_ttl=timedelta(seconds=settings.reservation_ttl_s),
     )
-    inventory = CapacityLedger(name=INVENTORY, entity_type="product")
+    retention = timedelta(seconds=settings.dedupe_retention_s)
+    inventory = CapacityLedger(name=INVENTORY, entity_type="product", retention=retention)
     policy = PaymentPolicy(
         decline_methods=settings.decline_methods,
         max_amount=settings.payment_max_amount,
@@ -44,6 +45,6 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         inventory,
         PaymentGateway(name=PAYMENT, policy=policy),
         enrollment,
-        CourseSeats(name=COURSE),
-        StudentCredits(name=STUDENT),
+        CourseSeats(name=COURSE, retention=retention),
+        StudentCredits(name=STUDENT, retention=retention),
     ]
