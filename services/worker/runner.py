@@ -13,6 +13,33 @@ from Faust's committed offset, so no record is skipped whatever the consumer gro
 bookkeeping does. The table makes one batch's writes durable in their order (see
 :meth:`Table.write`), so a position never outruns a state it covers.
 
+A batch is the commit interval, and a key is written once per batch, with its last state,
+however many of the batch's records it decided (a hot product decides dozens per batch:
+one changelog record, not dozens). Why replay after a crash stays exact with that, given
+:meth:`Table.write`'s order (every changelog record acknowledged, then the local store,
+then the persisted changelog offset; the input positions written after the states):
+
+- The intermediate states of a key are never stored anywhere, so nothing can restore one:
+  a restart finds either the key's state from before the batch (the batch's write did not
+  complete) or its last state (it did), never a state from the middle of the batch.
+- If the write did not complete, the batch's input positions were not stored either (they
+  come after the states, in the same acknowledged write): the whole batch is decided again
+  from the states before it, in the same order, which re-creates the same intermediate
+  states in memory and the same outbound messages (ids and sequences derive from their
+  causes); consumers drop the copies. Some states of the batch may have reached the
+  changelog without the positions: a replay then finds those keys' message ids in their
+  ``seen`` windows and decides nothing twice, exactly as for a batch of one record per key
+  (a batch, at most SAGALINE_BATCH_SIZE records, must fit in SAGALINE_SEEN_WINDOW: 200 in
+  500 by default).
+- If the write completed, the positions say where to resume, and they cover exactly the
+  records whose effects the last states hold.
+
+What must not happen, and does not: writing a key's state of the middle of the batch with
+the batch's positions (the later records would be skipped on replay yet not reflected), or
+carrying a state across batches without its positions (a later batch's positions would
+outrun it). Coalescing across several batches would need both held back together; it is
+not done (PERF_STATUS.md).
+
 Decoded states stay in a :class:`~services.worker.state_cache.StateCache` between batches;
 it is filled only from what the table returned or after a write returned, so a decision
 never sees a state the table does not hold.
