@@ -2,6 +2,9 @@
 
     python -m benchmarks.bench_runner [--records 20000] [--products 200] [--repeat 3]
 
+The ``hot/qtr`` line times each quarter of the hot run apart (from an empty record: the
+first quarter is where the history grows, the last where it is longest).
+
 Runs the inventory ledger's agent body (:class:`~services.worker.runner.ProcessRunner`) over
 batches of 200 reserve/confirm pairs, with the decoded-state cache off and on, on spread
 products and on one hot product whose record carries a long history. Sends complete at once
@@ -59,6 +62,19 @@ def _records(n: int, products: int) -> list[Incoming]:
 
 
 async def _rate(records: list[Incoming], cache_keys: int) -> float:
+    return sum(len(q) for q in _split(records)) / sum(await _quarter_times(records, cache_keys))
+
+
+def _split(records: list[Incoming]) -> list[list[Incoming]]:
+    """The batches in four runs of equal length (the last takes the rest)."""
+    batches = [records[b : b + BATCH] for b in range(0, len(records), BATCH)]
+    size = len(batches) // 4
+    cut = [batches[i * size : (i + 1) * size] for i in range(3)] + [batches[3 * size :]]
+    return [[r for batch in q for r in batch] for q in cut]
+
+
+async def _quarter_times(records: list[Incoming], cache_keys: int) -> list[float]:
+    """CPU seconds of this process over each quarter of the batches, in order."""
     runner = ProcessRunner(
         process=CapacityLedger(name="inventory", entity_type="product"),
         table=DictTable(),
@@ -70,10 +86,13 @@ async def _rate(records: list[Incoming], cache_keys: int) -> float:
     )
     # CPU time of this process, not wall time: time the shared cores spent on other work
     # while this one waited to run is not counted.
-    start = time.process_time()
-    for base in range(0, len(records), BATCH):
-        await runner.handle_batch(records[base : base + BATCH])
-    return len(records) / (time.process_time() - start)
+    times = []
+    for quarter in _split(records):
+        start = time.process_time()
+        for base in range(0, len(quarter), BATCH):
+            await runner.handle_batch(quarter[base : base + BATCH])
+        times.append(time.process_time() - start)
+    return times
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -91,6 +110,17 @@ async def main(args: argparse.Namespace) -> None:
             f"{args.repeat}: cache off {off:,.0f}, cache on {on:,.0f} records/CPU-s "
             f"= {on / off:.2f}x"
         )
+    # One product from an empty record: does a decision cost more as its history grows?
+    records = _records(args.records, 1)
+    best = [0.0] * 4
+    for _ in range(args.repeat):
+        times = await _quarter_times(records, 10_000)
+        best = [max(b, len(q) / t) for b, q, t in zip(best, _split(records), times, strict=True)]
+    print(
+        f"hot/qtr   the same, cache on, per quarter of the run (best of {args.repeat}): "
+        + ", ".join(f"{r:,.0f}" for r in best)
+        + f" records/CPU-s; last/first {best[-1] / best[0]:.2f}"
+    )
     print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
 
 
