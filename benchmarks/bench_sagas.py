@@ -22,14 +22,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
-from benchmarks.common import RssSampler, git_rev, machine, summary_ms
+from benchmarks.common import RssSampler, c_extensions, git_rev, machine, summary_ms
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
-from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
+from runtime.topics import DEAD_LETTERS, EVENTS, INVENTORY, ORDER_SAGA, create_topics
 from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
 from sagas.contracts.enrollment import Enroll, SetCourse, SetStudent
 from sagas.contracts.ledger import SetCapacity
@@ -117,6 +117,38 @@ async def baseline(settings: Settings, n: int) -> float:
         proc.wait()
         await consumer.stop()
         await producer.stop()
+
+
+async def record_counts(settings: Settings) -> dict[str, int]:
+    """Records written so far to the run's topics, by kind: commands and replies (the saga
+    and participant topics), domain events, table changelogs (states and input positions),
+    dead letters. End offsets, summed over partitions."""
+    consumer = AIOKafkaConsumer(**aiokafka_options(settings))
+    await consumer.start()
+    try:
+        # The consumer keeps no metadata of topics it does not read: partitions as declared
+        # (runtime.topics: one for dead letters, settings.partitions for the rest).
+        ours = (f"{settings.topic_prefix}.", f"{settings.app_id}-")
+        parts = [
+            TopicPartition(t, p)
+            for t in await consumer.topics()
+            if t.startswith(ours) and "__assignor" not in t and ".relay" not in t
+            for p in range(1 if t == settings.topic(DEAD_LETTERS) else settings.partitions)
+        ]
+        ends = await consumer.end_offsets(parts)
+    finally:
+        await consumer.stop()
+    counts = {"commands/replies": 0, "events": 0, "changelog": 0, "dead letters": 0}
+    for tp, end in ends.items():
+        if tp.topic.endswith("-changelog"):
+            counts["changelog"] += end
+        elif tp.topic == settings.topic(EVENTS):
+            counts["events"] += end
+        elif tp.topic == settings.topic(DEAD_LETTERS):
+            counts["dead letters"] += end
+        else:
+            counts["commands/replies"] += end
+    return counts
 
 
 async def run_orders(
@@ -210,6 +242,7 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
     )
+    print(f"ext       {c_extensions()}")
     print(
         f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
     )
@@ -236,9 +269,18 @@ async def main(args: argparse.Namespace) -> None:
             ]
         )
         await run_orders(bus, tail, 500, args.products, None)  # warm-up
+        counted = await record_counts(settings)
         rate, _ = await run_orders(bus, tail, args.orders, args.products, None)
         print(
             f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.2f}x the relay chain"
+        )
+        await asyncio.sleep(2)  # the last batches' changelog writes follow their outcomes
+        after = await record_counts(settings)
+        per_saga = {k: (after[k] - counted[k]) / args.orders for k in after}
+        print(
+            "records   per order saga (full-load run, by topic kind): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in per_saga.items())
+            + f"; total {sum(per_saga.values()):.1f}"
         )
         half = rate / 2
         _, latencies = await run_orders(bus, tail, args.latency_orders, args.products, half)

@@ -28,6 +28,23 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
+def c_extensions() -> str:
+    """Whether aiokafka's and Faust's compiled extensions load in this interpreter (the worker
+    runs the same one, with the same environment): without them both fall back to pure
+    Python record codecs and stream iterators."""
+    import aiokafka.util
+    import faust.streams
+    from aiokafka.record import default_records
+
+    builder = default_records.DefaultRecordBatchBuilder.__module__
+    aiokafka_c = not aiokafka.util.NO_EXTENSIONS and "_crecords" in builder
+    faust_c = faust.streams._CStreamIterator is not None
+    return (
+        f"aiokafka C records {'yes' if aiokafka_c else 'NO'} ({builder}), "
+        f"faust Cython stream iterator {'yes' if faust_c else 'NO'}"
+    )
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")

@@ -137,6 +137,11 @@ class Settings(BaseSettings):
         "127.0.0.1",
         description="Address the worker's Faust web server binds (its `/metrics` needs no key: keep it private; `0.0.0.0` in a container a Prometheus scrapes)",
     )
+    state_cache_keys: int = Field(
+        10_000,
+        ge=0,
+        description="Decoded table states the worker keeps in memory per process, so a key's record is not parsed from JSON for every message (0: no cache)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"
@@ -153,6 +158,11 @@ class Settings(BaseSettings):
     )
     payment_max_amount: Decimal = Field(
         Decimal("10000"), description="Orders above this amount are declined"
+    )
+    dedupe_retention_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long a participant (stock, seats, credits) remembers a reservation it finished, to answer a repeated or late command about it the same way; older ones are forgotten, so a hot key's record does not grow with its history. Keep it well above SAGALINE_STEP_TIMEOUT_S and SAGALINE_RESERVATION_TTL_S (why: sagas/participants/ledger.py, `_remember`)",
     )
 
     api_host: str = Field("127.0.0.1", description="Address the REST API listens on")

@@ -39,7 +39,8 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         step_timeout=timedelta(seconds=settings.step_timeout_s),
         reservation_ttl=timedelta(seconds=settings.reservation_ttl_s),
     )
-    inventory = CapacityLedger(name=INVENTORY, entity_type="product")
+    retention = timedelta(seconds=settings.dedupe_retention_s)
+    inventory = CapacityLedger(name=INVENTORY, entity_type="product", retention=retention)
     policy = PaymentPolicy(
         decline_methods=settings.decline_methods,
         max_amount=settings.payment_max_amount,
@@ -58,8 +59,8 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         inventory,
         PaymentGateway(name=PAYMENT, policy=policy),
         enrollment,
-        CourseSeats(name=COURSE),
-        StudentCredits(name=STUDENT),
+        CourseSeats(name=COURSE, retention=retention),
+        StudentCredits(name=STUDENT, retention=retention),
         *build_legacy_correlator(settings, domain_channel=domain_channel),
         # Always runs (idle without CDC input): only with SAGALINE_CDC_DRIVES_ENROLLMENT does
         # the correlator's last stage send it the business events.

@@ -17,6 +17,7 @@ means no seat is free.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -26,7 +27,8 @@ from sagas.contracts import ledger as lc
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
 from sagas.machinery.step import reply
 from sagas.messages import Message
-from sagas.participants.ledger import CapacityLedger, LedgerState
+from sagas.participants.ledger import CapacityLedger, Closed, LedgerState
+from sagas.participants.retention import DEFAULT_RETENTION, epoch_seconds
 
 
 class Queued(BaseModel):
@@ -75,6 +77,18 @@ class CourseState(BaseModel):
         return None
 
 
+def _seats_of(state: CourseState, rid: str, ctx: Context) -> LedgerState:
+    """The ledger's state to decide a command about ``rid`` on. A confirmed seat is the
+    roster's (``enrolled``), for as long as the student keeps it; the ledger remembers the
+    sale only for its retention, so when a seat is released (a drop, a transfer) months
+    later the sale is put back for the ledger to refund it."""
+    seats = state.seats
+    if rid not in state.enrolled or rid in seats.closed:
+        return seats
+    sale = Closed("confirmed", 1, epoch_seconds(ctx.now))
+    return seats.model_copy(update={"closed": {**seats.closed, rid: sale}})
+
+
 def roster(state: CourseState) -> dict[str, Any]:
     """The fields of every course fact: the roster after it."""
     return {
@@ -115,12 +129,14 @@ class CourseSeats:
     name: str = "course"
     entity_type: str = "course"
     closed_window: int = 1000
+    retention: timedelta = DEFAULT_RETENTION
+    """Finished seat reservations are remembered this long (the ledger's ``retention``)."""
     max_waitlist: int = e.MAX_SEATS
     state_type: type[CourseState] = CourseState
 
     @property
     def ledger(self) -> CapacityLedger:
-        return CapacityLedger(self.name, self.entity_type, self.closed_window)
+        return CapacityLedger(self.name, self.entity_type, self.closed_window, self.retention)
 
     def initial(self, key: str) -> CourseState:
         return CourseState()
@@ -142,8 +158,10 @@ class CourseSeats:
             case e.ReserveSeat():
                 return self._reserve(state, message, ctx)
             case e.ConfirmSeat():
-                confirm = lc.Confirm(reservation_id=message.reservation_id)
-                return self._lift(state, self.ledger.decide(state.seats, confirm, ctx), ctx)
+                rid = message.reservation_id
+                confirm = lc.Confirm(reservation_id=rid)
+                seats = _seats_of(state, rid, ctx)
+                return self._lift(state, self.ledger.decide(seats, confirm, ctx), ctx)
             case e.ReleaseSeat():
                 return self._release(state, message.reservation_id, ctx)
         return Decision(state)
@@ -177,9 +195,10 @@ class CourseSeats:
         if (position := state.position(rid)) is not None:
             queued = state.waitlist[position - 1]
             return Decision(state, send=reply(ctx, self._waitlisted(state, queued)))
-        if rid in state.seats.holds or rid in state.seats.closed:  # a repeat: answer again
+        seats = _seats_of(state, rid, ctx)
+        if rid in seats.holds or rid in seats.closed:  # a repeat: answer again
             again = lc.Reserve(reservation_id=rid, quantity=1, ttl_seconds=cmd.ttl_seconds)
-            return self._lift(state, self.ledger.decide(state.seats, again, ctx), ctx)
+            return self._lift(state, self.ledger.decide(seats, again, ctx), ctx)
         if not state.exists:
             # Not a fact about any course (no such course has a stream): a reply only.
             unknown = e.SeatRefused(
@@ -222,7 +241,9 @@ class CourseSeats:
             left = Decision(new, send=reply(ctx, fact), events=(fact,))
             return merge(left, Decision(new, send=_moved(state.waitlist, rest)))
         cancel = lc.Cancel(reservation_id=rid)
-        released = self._lift(state, self.ledger.decide(state.seats, cancel, ctx), ctx)
+        released = self._lift(
+            state, self.ledger.decide(_seats_of(state, rid, ctx), cancel, ctx), ctx
+        )
         return merge(released, self._promote(released.state, ctx))
 
     # --- the waitlist -------------------------------------------------------------------

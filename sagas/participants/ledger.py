@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,7 @@ from sagas.contracts import ledger as c
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
 from sagas.machinery.step import reply
 from sagas.messages import Message
+from sagas.participants.retention import DEFAULT_RETENTION, epoch_seconds, remember
 
 Outcome = Literal["confirmed", "rejected", "cancelled", "expired", "refunded"]
 
@@ -30,10 +31,16 @@ class Hold(BaseModel):
     reply_to: str | None = None
 
 
-class Closed(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class Closed(NamedTuple):
+    """A finished reservation. A tuple, stored as a JSON array (``["confirmed", 1, 1763...]``):
+    a hot key holds a thousand of these, written whole with every batch, so they are kept
+    small and serialized without a model per entry. Records stored before ``at`` existed
+    hold ``{"outcome": ..., "quantity": ...}`` objects; they still validate (``at`` 0)."""
+
     outcome: Outcome
     quantity: int
+    at: int = 0
+    """When it closed, in whole seconds since the epoch (0: unknown, stored before ages)."""
 
 
 class LedgerState(BaseModel):
@@ -41,7 +48,8 @@ class LedgerState(BaseModel):
     on_hand: int = 0
     holds: dict[str, Hold] = {}
     closed: dict[str, Closed] = {}
-    """Recently finished reservations (bounded), to answer repeats and refund sales."""
+    """Recently finished reservations, oldest first, to answer repeats and refund sales:
+    kept for the ledger's retention, and never more than its ``closed_window``."""
 
     @property
     def reserved(self) -> int:
@@ -74,6 +82,10 @@ class CapacityLedger:
     name: str
     entity_type: str
     closed_window: int = 1000
+    """Most finished reservations kept, whatever their age: bounds a hot key's record (the
+    window by age alone grows with the key's rate)."""
+    retention: timedelta = DEFAULT_RETENTION
+    """Finished reservations older than this are forgotten (see :meth:`_remember`)."""
     state_type: type[LedgerState] = LedgerState
 
     def initial(self, key: str) -> LedgerState:
@@ -109,7 +121,7 @@ class CapacityLedger:
         send: list[Command] = []
         events: list[Fact] = []
         for rid, hold in due:
-            state = self._close(state, rid, "expired", hold.quantity)
+            state = self._close(state, rid, "expired", hold.quantity, ctx)
             fact = c.Released(
                 **_totals(state), reservation_id=rid, quantity=hold.quantity, reason="expired"
             )
@@ -148,7 +160,7 @@ class CapacityLedger:
                 quantity=cmd.quantity,
                 reason=f"insufficient stock: requested {cmd.quantity}, available {state.available}",
             )
-            new = self._remember(state, rid, Closed(outcome="rejected", quantity=cmd.quantity))
+            new = self._remember(state, rid, Closed("rejected", cmd.quantity), ctx)
             return Decision(new, send=reply(ctx, rejected), events=(rejected,))
         expires_at = ctx.now + timedelta(seconds=cmd.ttl_seconds)
         hold = Hold(
@@ -171,7 +183,7 @@ class CapacityLedger:
         if hold is None:
             return Decision(state, send=reply(ctx, self._status_of(state, rid)))
         sold = state.model_copy(update={"on_hand": state.on_hand - hold.quantity})
-        new = self._close(sold, rid, "confirmed", hold.quantity)
+        new = self._close(sold, rid, "confirmed", hold.quantity, ctx)
         fact = c.Confirmed(**_totals(new), reservation_id=rid, quantity=hold.quantity)
         return Decision(
             new, send=reply(ctx, fact), events=(fact,), clear_deadlines=frozenset({_expiry(rid)})
@@ -182,13 +194,13 @@ class CapacityLedger:
         hold = state.holds.get(rid)
         closed = state.closed.get(rid)
         if hold is not None:
-            new = self._close(state, rid, "cancelled", hold.quantity)
+            new = self._close(state, rid, "cancelled", hold.quantity, ctx)
             fact = c.Released(
                 **_totals(new), reservation_id=rid, quantity=hold.quantity, reason="cancelled"
             )
         elif closed is not None and closed.outcome == "confirmed":
             restocked = state.model_copy(update={"on_hand": state.on_hand + closed.quantity})
-            new = self._close(restocked, rid, "refunded", closed.quantity)
+            new = self._close(restocked, rid, "refunded", closed.quantity, ctx)
             fact = c.Released(
                 **_totals(new), reservation_id=rid, quantity=closed.quantity, reason="refunded"
             )
@@ -196,7 +208,7 @@ class CapacityLedger:
             return Decision(state)  # already released or never held: nothing to give back
         else:
             # A cancel before its reserve: leave a tombstone so a late reserve is refused.
-            new = self._remember(state, rid, Closed(outcome="cancelled", quantity=0))
+            new = self._remember(state, rid, Closed("cancelled", 0), ctx)
             return Decision(new)
         return Decision(
             new, send=reply(ctx, fact), events=(fact,), clear_deadlines=frozenset({_expiry(rid)})
@@ -204,19 +216,45 @@ class CapacityLedger:
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _close(self, state: LedgerState, rid: str, outcome: Outcome, quantity: int) -> LedgerState:
+    def _close(
+        self, state: LedgerState, rid: str, outcome: Outcome, quantity: int, ctx: Context
+    ) -> LedgerState:
         holds = {k: v for k, v in state.holds.items() if k != rid}
         return self._remember(
-            state.model_copy(update={"holds": holds}),
-            rid,
-            Closed(outcome=outcome, quantity=quantity),
+            state.model_copy(update={"holds": holds}), rid, Closed(outcome, quantity), ctx
         )
 
-    def _remember(self, state: LedgerState, rid: str, closed: Closed) -> LedgerState:
-        entries = {k: v for k, v in state.closed.items() if k != rid}
-        entries[rid] = closed
-        if len(entries) > self.closed_window:
-            entries = dict(list(entries.items())[-self.closed_window :])
+    def _remember(self, state: LedgerState, rid: str, closed: Closed, ctx: Context) -> LedgerState:
+        """``state`` with ``rid`` closed now (moved last), less what is past the retention.
+
+        Why the retention is safe: a finished reservation is remembered to answer a command
+        about it that comes again or late. The machinery's ``seen`` window drops exact
+        repeats of recent messages; what reaches this map is a command re-sent by its saga
+        (a saga worker that crashed before it stored its batch re-decides and re-sends, so
+        the repeat comes after the worker's restart) or a compensation. A saga waits on a
+        step for at most its step timeout (30 s by default) and then compensates, and a hold
+        it made lives at most the reservation TTL (5 minutes). Forgetting an entry is
+        harmless for a repeated Confirm (refused; the saga is past that step and ignores it)
+        and for a repeated Cancel (a tombstone); a repeated Reserve would place a new hold,
+        which the saga's compensation or the TTL releases: availability dips, nothing is
+        sold twice. The one entry whose loss costs stock is a confirmed sale that a saga
+        cancels (capture refused or timed out): that cancel is sent within a step timeout
+        of the confirm. Ten minutes is twenty step timeouts and twice the TTL, the margin
+        for a worker restart or a backlog in between. ``closed_window`` bounds the size
+        first on a key hotter than ``closed_window`` closes per retention (1000 per 10
+        minutes: 1.7/s): there the horizon is ``closed_window`` closes, as before ages, and
+        above ~33 closes/s it is shorter than a step timeout. Keeping the history apart from
+        the key's hot record is what would lift that bound (PERF_STATUS.md, remaining).
+        """
+        entries = remember(
+            state.closed,
+            rid,
+            closed._replace(at=epoch_seconds(ctx.now)),
+            lambda entry: entry.at,
+            ctx.now,
+            self.retention,
+            self.closed_window,
+        )
         return state.model_copy(update={"closed": entries})
 
     def _status_of(self, state: LedgerState, rid: str) -> Message:

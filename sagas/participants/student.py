@@ -11,14 +11,16 @@ Invariant after every decision: ``credits_used + credits_held <= max_credits``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from datetime import timedelta
+from typing import Any, ClassVar, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from sagas.contracts import enrollment as e
 from sagas.machinery.process import Context, Decision
 from sagas.machinery.step import reply
 from sagas.messages import Message
+from sagas.participants.retention import DEFAULT_RETENTION, epoch_seconds, remember
 
 
 class Credits(BaseModel):
@@ -29,6 +31,14 @@ class Credits(BaseModel):
     replaces: str | None = None
 
 
+class Finished(NamedTuple):
+    """What became of a finished reservation, and when (whole seconds since the epoch; 0:
+    stored before ages were kept). A JSON array, like the ledger's ``Closed``."""
+
+    what: str
+    at: int = 0
+
+
 class StudentState(BaseModel):
     model_config = ConfigDict(frozen=True)
     exists: bool = False
@@ -36,8 +46,17 @@ class StudentState(BaseModel):
     max_credits: int = 0
     holds: dict[str, Credits] = {}
     enrolled: dict[str, Credits] = {}
-    closed: dict[str, str] = {}
-    """Recently finished reservations (bounded): id -> what became of it, to answer repeats."""
+    closed: dict[str, Finished] = {}
+    """Recently finished reservations, oldest first (kept for the retention, at most
+    ``closed_window``): id -> what became of it, to answer repeats."""
+
+    @field_validator("closed", mode="before")
+    @classmethod
+    def _ageless(cls, closed: Any) -> Any:
+        # Records stored before ages were kept hold the text alone.
+        if isinstance(closed, dict):
+            return {k: [v, 0] if isinstance(v, str) else v for k, v in closed.items()}
+        return closed
 
     def holding(self, hold: Credits) -> int:
         """What a hold adds to the credits taken: a transfer only the difference."""
@@ -99,6 +118,9 @@ class StudentCredits:
     name: str = "student"
     entity_type: str = "student"
     closed_window: int = 1000
+    retention: timedelta = DEFAULT_RETENTION
+    """Finished reservations are remembered this long (the ledger's ``_remember`` argues
+    the default)."""
     max_enrollments: int = e.MAX_STUDENT_ENROLLMENTS
     state_type: type[StudentState] = StudentState
 
@@ -176,7 +198,7 @@ class StudentCredits:
                 **totals(new), reservation_id=rid, course_id=cmd.course_id, held=needed
             )
             return Decision(new, send=reply(ctx, held), events=(held,))
-        new = self._remember(state, rid, f"refused: {reason}")
+        new = self._remember(state, rid, f"refused: {reason}", ctx)
         refused = e.CreditsRefused(**totals(new), reservation_id=rid, reason=reason)
         return Decision(new, send=reply(ctx, refused), events=(refused,))
 
@@ -185,7 +207,7 @@ class StudentCredits:
         if hold is None:
             if rid in state.enrolled:  # a repeat
                 return Decision(state, send=reply(ctx, self._status_of(state, rid)))
-            what = state.closed.get(rid, "unknown reservation")
+            what = _what(state, rid)
             refused = e.CreditsConfirmRefused(**totals(state), reservation_id=rid, reason=what)
             return Decision(state, send=reply(ctx, refused))
         enrolled = {r: c for r, c in state.enrolled.items() if r != hold.replaces}
@@ -193,7 +215,7 @@ class StudentCredits:
         holds = {r: c for r, c in state.holds.items() if r != rid}
         new = state.model_copy(update={"holds": holds, "enrolled": enrolled})
         if hold.replaces is not None and hold.replaces in state.enrolled:
-            new = self._remember(new, hold.replaces, "replaced by a transfer")
+            new = self._remember(new, hold.replaces, "replaced by a transfer", ctx)
         fact = e.CreditsConfirmed(**totals(new), reservation_id=rid, course_id=hold.course_id)
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
@@ -206,14 +228,14 @@ class StudentCredits:
             return Decision(state)  # already given back
         else:
             # A release before its hold: a tombstone, so a late hold is refused.
-            return Decision(self._remember(state, rid, "released before it was held"))
+            return Decision(self._remember(state, rid, "released before it was held", ctx))
         new = state.model_copy(
             update={
                 "holds": {r: c for r, c in state.holds.items() if r != rid},
                 "enrolled": {r: c for r, c in state.enrolled.items() if r != rid},
             }
         )
-        new = self._remember(new, rid, f"released ({reason})")
+        new = self._remember(new, rid, f"released ({reason})", ctx)
         fact = e.CreditsReleased(
             **totals(new),
             reservation_id=rid,
@@ -224,11 +246,16 @@ class StudentCredits:
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _remember(self, state: StudentState, rid: str, what: str) -> StudentState:
-        entries = {k: v for k, v in state.closed.items() if k != rid}
-        entries[rid] = what
-        if len(entries) > self.closed_window:
-            entries = dict(list(entries.items())[-self.closed_window :])
+    def _remember(self, state: StudentState, rid: str, what: str, ctx: Context) -> StudentState:
+        entries = remember(
+            state.closed,
+            rid,
+            Finished(what, epoch_seconds(ctx.now)),
+            lambda entry: entry.at,
+            ctx.now,
+            self.retention,
+            self.closed_window,
+        )
         return state.model_copy(update={"closed": entries})
 
     def _status_of(self, state: StudentState, rid: str) -> Message:
@@ -244,5 +271,10 @@ class StudentCredits:
             return e.CreditsConfirmed(
                 **totals(state), reservation_id=rid, course_id=enrolled.course_id
             )
-        what = state.closed.get(rid, "unknown reservation")
+        what = _what(state, rid)
         return e.CreditsRefused(**totals(state), reservation_id=rid, reason=what)
+
+
+def _what(state: StudentState, rid: str) -> str:
+    finished = state.closed.get(rid)
+    return "unknown reservation" if finished is None else finished.what

@@ -191,6 +191,7 @@ def _register(
         first_offset=ports.probe.first_at_or_after,
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
+        state_cache_keys=settings.state_cache_keys,
     )
     _agent(app, settings, topic, process.name, runner)
     runner.faust_table = table  # type: ignore[attr-defined]
@@ -366,6 +367,9 @@ def _resume_from_stored_positions(
         await seek_to_committed()
         for runner in runners:
             runner.positions.forget()
+            if isinstance(runner, ProcessRunner):
+                # Tables were just recovered: what another worker wrote meanwhile is in them.
+                runner.states.clear()
         by_topic = {topic: runner for runner in runners for topic in runner.input_topics}
         for tp in consumer.assignment():
             owner = by_topic.get(tp.topic)
@@ -382,6 +386,16 @@ def _resume_from_stored_positions(
                 log.info("%s[%d]: no stored position; starting at the earliest record", *tp)
 
     consumer.perform_seek = perform_seek  # type: ignore[method-assign]
+
+    async def drop_revoked(*args: Any, **kwargs: Any) -> None:
+        revoked: set[TP] = set(args[1])  # called as (sender, revoked)
+        for runner in runners:
+            if isinstance(runner, ProcessRunner):
+                runner.states.drop_partitions(
+                    t.partition for t in revoked if t.topic == runner.topic
+                )
+
+    app.on_partitions_revoked.connect(drop_revoked)
 
 
 def _rocksdb_options(settings: Settings) -> dict[str, int]:

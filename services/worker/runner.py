@@ -12,6 +12,37 @@ The batch's input positions are stored with its states, after them (see
 from Faust's committed offset, so no record is skipped whatever the consumer group's
 bookkeeping does. The table makes one batch's writes durable in their order (see
 :meth:`Table.write`), so a position never outruns a state it covers.
+
+A batch is the commit interval, and a key is written once per batch, with its last state,
+however many of the batch's records it decided (a hot product decides dozens per batch:
+one changelog record, not dozens). Why replay after a crash stays exact with that, given
+:meth:`Table.write`'s order (every changelog record acknowledged, then the local store,
+then the persisted changelog offset; the input positions written after the states):
+
+- The intermediate states of a key are never stored anywhere, so nothing can restore one:
+  a restart finds either the key's state from before the batch (the batch's write did not
+  complete) or its last state (it did), never a state from the middle of the batch.
+- If the write did not complete, the batch's input positions were not stored either (they
+  come after the states, in the same acknowledged write): the whole batch is decided again
+  from the states before it, in the same order, which re-creates the same intermediate
+  states in memory and the same outbound messages (ids and sequences derive from their
+  causes); consumers drop the copies. Some states of the batch may have reached the
+  changelog without the positions: a replay then finds those keys' message ids in their
+  ``seen`` windows and decides nothing twice, exactly as for a batch of one record per key
+  (a batch, at most SAGALINE_BATCH_SIZE records, must fit in SAGALINE_SEEN_WINDOW: 200 in
+  500 by default).
+- If the write completed, the positions say where to resume, and they cover exactly the
+  records whose effects the last states hold.
+
+What must not happen, and does not: writing a key's state of the middle of the batch with
+the batch's positions (the later records would be skipped on replay yet not reflected), or
+carrying a state across batches without its positions (a later batch's positions would
+outrun it). Coalescing across several batches would need both held back together; it is
+not done (PERF_STATUS.md).
+
+Decoded states stay in a :class:`~services.worker.state_cache.StateCache` between batches;
+it is filled only from what the table returned or after a write returned, so a decision
+never sees a state the table does not hold.
 """
 
 from __future__ import annotations
@@ -34,6 +65,7 @@ from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, DeadLetter
 from services.worker.deadlines import DeadlineIndex
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions, Plan
+from services.worker.state_cache import StateCache
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +160,12 @@ class ProcessRunner:
     monotonic: Callable[[], float] = time.monotonic
     max_message_bytes: int = MAX_RECORD_BYTES
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
+    state_cache_keys: int = 10_000
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
         self.positions = InputPositions(self.table.load_position)
+        self.states = StateCache(self.state_cache_keys)
 
     @property
     def topic(self) -> str:
@@ -152,12 +186,20 @@ class ProcessRunner:
         self.deadlines.rebuild(entries, monotonic_now)
 
     def load(self, key: str, partition: int) -> Record[Any] | None:
+        """The table's state of ``key``, decoded (from the cache when it holds it)."""
+        if (cached := self.states.get(key, partition)) is not None:
+            return cached
         raw = self.table.load(key, partition)
-        return None if raw is None else self._codec.model_validate_json(raw)
+        if raw is None:
+            return None
+        record = self._codec.model_validate_json(raw)
+        self.states.put(key, partition, record, self.states.generation)
+        return record
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
         """Process a batch; when it raises, nothing of it was stored and it may be retried."""
         plan = self.positions.plan(batch, self.monotonic())
+        generation = self.states.generation
         fresh: dict[str, Record[Any]] = {}
         partitions: dict[str, int] = {}
         outbound: list[_Encoded] = []
@@ -184,9 +226,15 @@ class ProcessRunner:
         await self._publish(outbound, dead)
         published = time.perf_counter()
         states = [StateWrite(key, rec.encode(), partitions[key]) for key, rec in fresh.items()]
-        await self.table.write(states, self._positions_to_store(plan, batch))
+        try:
+            await self.table.write(states, self._positions_to_store(plan, batch))
+        except BaseException:
+            # Some of the states may be stored, some not: the cache knows neither.
+            self.states.discard(fresh)
+            raise
         for key, rec in fresh.items():
             self.deadlines.schedule(key, rec.next_deadline())
+            self.states.put(key, partitions[key], rec, generation)
         self._count_skipped(plan)
         # Served once stored: a failed batch is retried, and counted then (the JSON counters
         # above count at decide time, retries included).

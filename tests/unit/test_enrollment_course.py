@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from sagas.contracts import enrollment as e
@@ -345,3 +347,20 @@ def test_a_full_waitlist_refuses_more_requests():
     assert isinstance(refused, e.SeatRefused)
     assert refused.reason == "course full and its waitlist too"
     assert len(driver.state.waitlist) == 2
+
+
+def test_a_seat_kept_longer_than_the_retention_is_still_given_back_when_released():
+    """The ledger forgets a sale after its retention; the roster does not: a student who
+    drops the course an hour later frees the seat (and a repeated confirm is answered)."""
+    driver = Driver(CourseSeats(retention=timedelta(seconds=60)))
+    driver(set_course(2), at(0))
+    driver(reserve("e-1"), at(0))
+    driver(confirm("e-1"), at(0))
+    driver(reserve("e-2"), at(3600))
+    driver(release("e-2"), at(3600))  # a close an hour later ages e-1's sale out
+    assert "e-1:t0" not in driver.state.seats.closed and "e-1:t0" in driver.state.enrolled
+    [(_, again)] = replies(driver(confirm("e-1"), at(3600)).outbound)
+    assert isinstance(again, e.SeatConfirmed)
+    [(_, released)] = replies(driver(release("e-1"), at(3601)).outbound)
+    assert isinstance(released, e.SeatReleased) and released.reason == "refunded"
+    assert seats(driver) == (2, 0, 0)

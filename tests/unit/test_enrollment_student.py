@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from sagas.contracts import enrollment as e
 from sagas.messages import Envelope, Message
-from sagas.participants.student import StudentCredits
+from sagas.participants.student import Finished, StudentCredits, StudentState
 
-from .helpers import Driver, envelope, events, sent
+from .helpers import Driver, at, envelope, events, sent
 
 pytestmark = pytest.mark.unit
 
@@ -225,3 +227,26 @@ def test_a_student_takes_at_most_so_many_enrollments_yet_may_still_transfer():
     driver(confirm("e-1:t0"))
     moved = only_reply(driver(hold("c-3", 0, attempt=1, replaces="e-1:t0")))
     assert isinstance(moved, e.CreditsHeld)
+
+
+def test_finished_reservations_are_remembered_for_the_retention_then_forgotten():
+    driver = Driver(StudentCredits(retention=timedelta(seconds=10)))
+    driver(set_student(10), at(0))
+    driver(hold("c-1", 4), at(0))
+    driver(release("e-1:t0"), at(0))
+    repeat = only_reply(driver(confirm("e-1:t0"), at(5)))
+    assert isinstance(repeat, e.CreditsConfirmRefused) and repeat.reason == "released (cancelled)"
+    driver(hold("c-2", 1, enrollment="e-2"), at(11))
+    driver(release("e-2:t0"), at(11))  # closes one more at 11 s: e-1's (at 0) is past 10 s
+    assert list(driver.state.closed) == ["e-2:t0"]
+    assert only_reply(driver(confirm("e-1:t0"), at(11))).reason == "unknown reservation"
+
+
+def test_a_student_record_stored_before_ages_still_reads():
+    old = (
+        '{"exists": true, "name": "Ada", "max_credits": 10,'
+        ' "closed": {"e-1:t0": "released (cancelled)"}}'
+    )
+    state = StudentState.model_validate_json(old)
+    assert state.closed["e-1:t0"] == Finished("released (cancelled)", 0)
+    assert StudentState.model_validate_json(state.model_dump_json()) == state

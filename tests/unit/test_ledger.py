@@ -9,7 +9,7 @@ from sagas.contracts import ledger as lc
 from sagas.machinery.record import Record
 from sagas.machinery.step import step
 from sagas.messages import Envelope
-from sagas.participants.ledger import CapacityLedger
+from sagas.participants.ledger import CapacityLedger, Closed, LedgerState
 
 from .helpers import T0, Driver, at, commands, envelope, event_envelopes, events, sent, tick
 
@@ -342,3 +342,92 @@ def test_released_on_expiry_names_the_saga_that_held_it():
     result = step(LEDGER, record, tick(P), at(6))
     [event] = event_envelopes(result.outbound)
     assert (event.type, event.saga_id) == ("ledger.Released", "o-7")
+
+
+def test_closed_reservations_keep_the_newest_window_with_a_repeat_moved_last():
+    ledger = Driver(CapacityLedger(name="inventory", entity_type="product", closed_window=3))
+    ledger(set_capacity(100))
+    for saga in ("o-1", "o-2", "o-3", "o-4"):
+        ledger(reserve(saga, quantity=1))
+        ledger(confirm(saga))
+    assert list(ledger.state.closed) == ["o-2:p1", "o-3:p1", "o-4:p1"]
+    ledger(reserve("o-5", quantity=1))
+    ledger(cancel("o-5"))
+    ledger(reserve("o-6", quantity=1))
+    ledger(confirm("o-6"))
+    assert list(ledger.state.closed) == ["o-4:p1", "o-5:p1", "o-6:p1"]
+    assert ledger.state.closed["o-5:p1"].outcome == "cancelled"
+
+
+def test_closed_reservations_older_than_the_retention_are_forgotten_the_rest_kept():
+    ledger = Driver(LEDGER_10S)
+    ledger(set_capacity(100), at(0))
+    for i, second in enumerate((0, 4, 8)):
+        ledger(reserve(f"o-{i}", quantity=1), at(second))
+        ledger(confirm(f"o-{i}"), at(second))
+    assert list(ledger.state.closed) == ["o-0:p1", "o-1:p1", "o-2:p1"]
+    ledger(reserve("o-3", quantity=1), at(13))
+    ledger(confirm("o-3"), at(13))  # 13 s: o-0 (closed at 0) is past 10 s, o-1 (4) is not
+    assert list(ledger.state.closed) == ["o-1:p1", "o-2:p1", "o-3:p1"]
+    assert ledger.state.closed["o-3:p1"] == Closed("confirmed", 1, int(at(13).timestamp()))
+
+
+def test_a_repeat_within_the_retention_is_answered_as_before_and_one_after_it_is_unknown():
+    ledger = Driver(LEDGER_10S)
+    ledger(set_capacity(5), at(0))
+    ledger(reserve("o-1", quantity=2), at(0))
+    ledger(confirm("o-1"), at(0))
+    ledger(reserve("o-2", quantity=1), at(9))  # a close at 9 s prunes nothing yet
+    ledger(cancel("o-2"), at(9))
+    repeat = ledger(
+        envelope(lc.Confirm(reservation_id="o-1:p1"), key=P, saga_id="o-1", reply_to="order-saga"),
+        at(9),
+    )
+    assert [type(m).__name__ for m in sent(repeat.outbound)] == ["Confirmed"]
+    ledger(reserve("o-3", quantity=1), at(20))
+    ledger(cancel("o-3"), at(20))  # prunes o-1 (0) and o-2 (9): both past 10 s at 20 s
+    assert list(ledger.state.closed) == ["o-3:p1"]
+    late = ledger(
+        envelope(lc.Confirm(reservation_id="o-1:p1"), key=P, saga_id="o-1", reply_to="order-saga"),
+        at(20),
+    )
+    [answer] = sent(late.outbound)
+    assert isinstance(answer, lc.ConfirmRefused) and answer.reason == "unknown reservation"
+    assert totals(ledger) == (3, 0)  # the late confirm sold nothing
+
+
+def test_a_hot_products_record_stays_the_same_size_however_long_its_history():
+    """Ten sales a second for twenty times the retention, far under the window: the age
+    alone bounds what the record holds, and its size stops growing once the machinery's
+    ``seen`` window (500 ids) is full."""
+    ledger = Driver(CapacityLedger(name="inventory", entity_type="product", retention=_5S))
+    ledger(set_capacity(10**6), at(0))
+    sizes, held = [], []
+    for i in range(1000):
+        ledger(reserve(f"{i:032x}", quantity=1), at(i / 10))
+        ledger(confirm(f"{i:032x}"), at(i / 10))
+        sizes.append(len(ledger.record.encode()))
+        held.append(len(ledger.state.closed))
+    assert max(held[300:]) <= 61  # 5 s at 10/s, with whole-second ages
+    assert max(sizes[300:]) <= min(sizes[300:]) + 700  # a few entries' worth of jitter
+
+
+def test_a_record_stored_before_ages_still_reads_and_its_entries_age_out_by_the_window():
+    old = (
+        '{"state": {"on_hand": 3, "holds": {}, "closed": {"o-1:p1": {"outcome": "confirmed",'
+        ' "quantity": 2}}}, "seen": [], "sequence": 4, "deadlines": {}}'
+    )
+    record = Record.codec(LedgerState).model_validate_json(old)
+    assert record.state.closed["o-1:p1"] == Closed("confirmed", 2, 0)
+    result = step(LEDGER, record, confirm("o-1"), at(0))
+    [answer] = sent(result.outbound)
+    assert isinstance(answer, lc.Confirmed)  # still answered as a sale
+    later = step(LEDGER_10S, result.record, reserve("o-2", quantity=1), at(3600))
+    later = step(LEDGER_10S, later.record, cancel("o-2"), at(3600))
+    assert "o-1:p1" in later.record.state.closed  # unknown age: only the window removes it
+
+
+_5S = timedelta(seconds=5)
+LEDGER_10S = CapacityLedger(
+    name="inventory", entity_type="product", retention=timedelta(seconds=10)
+)

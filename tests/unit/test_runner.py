@@ -173,3 +173,38 @@ async def test_a_megabyte_record_gives_a_letter_that_fits() -> None:
     letter = DeadLetter.decode(value)
     assert (letter["partition"], letter["offset"], letter["value_inline"]) == (2, 9, False)
     assert str(letter["reason"]).startswith("record of 1000000 bytes is larger")
+
+
+class RecordingTable(DictTable):
+    """A DictTable that keeps every write it was asked for, as the changelog would see it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[list[str], dict[tuple[str, int], int]]] = []
+
+    async def write(self, states: Any, positions: Any) -> None:
+        self.writes.append(([s.key for s in states], dict(positions)))
+        await super().write(states, positions)
+
+
+async def test_a_key_decided_several_times_in_a_batch_is_written_once_with_its_last_state() -> None:
+    table = RecordingTable()
+    r = runner(FakeKafka(), table)
+    batch = [
+        incoming(lc.SetCapacity(on_hand=10), "p1", 0),
+        incoming(lc.Reserve(reservation_id="o1:p1", quantity=2, ttl_seconds=60), "p1", 1),
+        incoming(lc.Reserve(reservation_id="o2:p2", quantity=1, ttl_seconds=60), "p2", 2),
+        incoming(lc.Reserve(reservation_id="o3:p1", quantity=3, ttl_seconds=60), "p1", 3),
+        incoming(lc.Confirm(reservation_id="o1:p1"), "p1", 4),
+    ]
+    await r.handle_batch(batch)
+    # One write for the batch: each key once (four decisions on p1, one on p2), and the
+    # input position once per partition, stored after the states it covers.
+    assert table.writes == [(["p1", "p2"], {("t.inventory", 0): 5})]
+    p1 = r._codec.model_validate_json(table["p1"]).state
+    assert (p1.on_hand, p1.reserved, list(p1.holds), list(p1.closed)) == (
+        8,
+        3,
+        ["o3:p1"],
+        ["o1:p1"],
+    )

@@ -1,0 +1,135 @@
+"""One hot product beside spread ones: does a product's rate fall as its history grows?
+
+    python -m benchmarks.bench_hot [--spread-orders 2000] [--hot-orders 4000] [--products 200]
+
+In one run, on one worker and the shared broker: single-line orders spread over
+``--products`` products (the spread rate), then ``--hot-orders`` orders all for one product.
+Every hot order closes one reservation and sends that product two commands, so 4,000 of
+them leave a history four times the ledger's old window of 1,000 closed reservations and
+sixteen times the machinery's 500 remembered message ids. Prints the hot rate over the whole
+run, over its first and its last quarter of outcomes, and as a fraction of the spread rate
+(issue 11: at least 0.5x, and the last quarter as fast as the first).
+
+Both runs are closed loops: ``--in-flight`` orders under way, a new one sent as each ends.
+(Sent all at once, every saga moves through its steps in step with the others and most
+outcomes arrive in the last seconds: quarters of outcomes would say nothing.) In a closed
+loop, a quarter's rate is what the chain, the hot product's ledger included, decides per
+second with the history it has then. The first quarter also holds the start-up (the first
+round trips), so it reads a little low: a last quarter at or above it means no fall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+from benchmarks.bench_sagas import envelope, order, run_orders
+from benchmarks.common import c_extensions, git_rev, machine
+from runtime.settings import Settings
+from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
+from sagas.contracts.ledger import SetCapacity
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from tests.integration.harness import Worker, free_port
+
+HOT = "p0"
+"""The hot product: ``order(i, 1)`` orders it."""
+
+
+async def closed_loop(
+    bus: CommandBus, tail: EventTail, n: int, products: int, in_flight: int
+) -> tuple[float, float, float]:
+    """``n`` orders over ``products`` products, ``in_flight`` at a time (a new one as each
+    ends); returns sagas/s over all of them, over the first quarter of outcomes and over
+    the last quarter."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    waiting: set[str] = set()
+    ends: list[float] = []
+    sent = 0
+    while len(ends) < n:
+        more = min(in_flight - len(waiting), n - sent)
+        if more > 0:
+            items = [order(sent + i, products) for i in range(more)]
+            waiting |= {order_id for order_id, _ in items}
+            sent += more
+            await bus.send_many([(ORDER_SAGA, env) for _, env in items])
+        await asyncio.sleep(0.01)
+        done = waiting & tail.outcomes.keys()
+        waiting -= done
+        ends += [tail.outcomes[i].at for i in done]
+        if loop.time() - start > 1800:
+            raise SystemExit(f"only {len(ends)} of {n} sagas ended in 30 minutes")
+    ends.sort()
+    quarter = n // 4
+    first = quarter / (ends[quarter - 1] - start)
+    last = quarter / (ends[-1] - ends[n - quarter - 1])
+    return n / (ends[-1] - start), first, last
+
+
+async def main(args: argparse.Namespace) -> None:
+    run = uuid.uuid4().hex[:6]
+    data = Path(f".local/bench-{run}")
+    settings = Settings(
+        topic_prefix=f"benchhot{run}",
+        app_id=f"benchhot{run}",
+        data_dir=data / "worker-data",
+        worker_web_port=free_port(),
+        log_level="INFO",
+        step_timeout_s=300,
+        reservation_ttl_s=1200,
+    )
+    print(f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}")
+    print(f"ext       {c_extensions()}")
+    print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
+    await create_topics(settings)
+    data.mkdir(parents=True, exist_ok=True)
+    worker = Worker(settings, data)
+    worker.start()
+    bus, tail = CommandBus(settings), EventTail(settings)
+    await bus.start()
+    await tail.start()
+    try:
+        await bus.send_many(
+            [
+                (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
+                for i in range(args.products)
+            ]
+        )
+        await run_orders(bus, tail, 300, args.products, None)  # warm-up
+        loop_args = (bus, tail)
+        spread, s_first, s_last = await closed_loop(
+            *loop_args, args.spread_orders, args.products, args.in_flight
+        )
+        print(
+            f"spread    {args.spread_orders} single-line orders over {args.products} products, "
+            f"{args.in_flight} in flight: {spread:,.0f} sagas/s (first quarter {s_first:,.0f}/s, "
+            f"last quarter {s_last:,.0f}/s)"
+        )
+        hot, first, last = await closed_loop(*loop_args, args.hot_orders, 1, args.in_flight)
+        print(
+            f"hot       {args.hot_orders} orders for one product, {args.in_flight} in flight: "
+            f"{hot:,.0f} sagas/s = {hot / spread:.2f}x the spread rate; first quarter "
+            f"{first:,.0f}/s, last quarter {last:,.0f}/s (last/first {last / first:.2f})"
+        )
+        print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
+    finally:
+        await tail.stop()
+        await bus.stop()
+        worker.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--spread-orders", type=int, default=2000)
+    parser.add_argument("--hot-orders", type=int, default=4000)
+    parser.add_argument("--products", type=int, default=200)
+    parser.add_argument(
+        "--in-flight", type=int, default=200, help="orders under way at once (a closed loop)"
+    )
+    asyncio.run(main(parser.parse_args()))

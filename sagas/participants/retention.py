@@ -1,0 +1,56 @@
+"""How a participant forgets the reservations it finished: by age, and within a size bound.
+
+A participant remembers every reservation it closed so that a command about it that comes
+again (a saga that re-sends after a crash) or late (a compensation) gets the same answer.
+Remembering forever would make a hot key's record grow with its history, so entries older
+than a retention are dropped; the argument for the default retention is in
+:meth:`sagas.participants.ledger.CapacityLedger._remember`. A size bound still caps a key so
+hot that more than that many reservations close within the retention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from itertools import islice, takewhile
+from typing import TypeVar
+
+DEFAULT_RETENTION = timedelta(minutes=10)
+"""SAGALINE_DEDUPE_RETENTION_S's default (the argument is on the ledger's ``_remember``)."""
+
+E = TypeVar("E")
+
+
+def remember(
+    entries: dict[str, E],
+    rid: str,
+    entry: E,
+    closed_at: Callable[[E], int],
+    now: datetime,
+    retention: timedelta,
+    window: int,
+) -> dict[str, E]:
+    """``entries`` (oldest first) with ``rid`` -> ``entry`` last, less the entries closed
+    before ``now - retention`` and the oldest beyond ``window``.
+
+    Entries are kept in the order they closed, so the expired ones are a prefix: this looks
+    at those and the one after, never at the whole map (a hot key holds a thousand). An
+    entry of unknown age (``closed_at`` 0: stored before ages were) stops the prefix; the
+    window removes those in time.
+    """
+    kept = dict(
+        entries
+    )  # a C-level copy: a comprehension over a full window cost most of a reserve
+    kept.pop(rid, None)
+    cutoff = now.timestamp() - retention.total_seconds()
+    for key, _ in list(takewhile(lambda item: 0 < closed_at(item[1]) < cutoff, kept.items())):
+        del kept[key]
+    for key in list(islice(kept, max(0, len(kept) + 1 - window))):
+        del kept[key]
+    kept[rid] = entry
+    return kept
+
+
+def epoch_seconds(now: datetime) -> int:
+    """How an entry's closing time is stored: whole seconds (a smaller record than ISO text)."""
+    return int(now.timestamp())
