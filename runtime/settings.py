@@ -133,6 +133,10 @@ class Settings(BaseSettings):
         le=450 * 1024,
         description="A dead letter carries the original key and value inline up to this size (JSON-encoded); larger ones are named by size and SHA-256 and stay in their source topic at the letter's partition and offset (keeps every letter under the producer's 1 MB max request size)",
     )
+    worker_memory_metrics: bool = Field(
+        False,
+        description="Opt-in diagnostic: the worker's /metrics also reports RocksDB's memory by kind (memtables, table readers, block cache), live Python allocator blocks and glibc malloc bytes, read at each scrape (see services/worker/memory.py)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"
