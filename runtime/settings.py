@@ -142,6 +142,10 @@ class Settings(BaseSettings):
         ge=0,
         description="Decoded table states the worker keeps in memory per process, so a key's record is not parsed from JSON for every message (0: no cache)",
     )
+    worker_memory_metrics: bool = Field(
+        False,
+        description="Opt-in diagnostic: the worker's /metrics also reports RocksDB's memory by kind (memtables, table readers, block cache), live Python allocator blocks and glibc malloc bytes, read at each scrape (see services/worker/memory.py)",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

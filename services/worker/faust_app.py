@@ -37,6 +37,7 @@ from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
 from services.worker.ingest import DebeziumIngest
+from services.worker.memory import open_rocksdbs
 from services.worker.metrics import Metrics
 from services.worker.positions import POSITION_KEY_PREFIX, InputPositions, position_key
 from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite, Table
@@ -455,6 +456,9 @@ def _register_metrics(
             await _measure_lag(app, metrics, runners)
         except Exception as exc:  # a scrape during a rebalance: serve the rest
             log.debug("lag not measured: %s", exc)
+        if settings.worker_memory_metrics:
+            tables = [runner.faust_table for runner in runners]  # type: ignore[attr-defined]
+            metrics.prom.measure_memory(open_rocksdbs(tables))
         # aiohttp refuses a content_type with a charset: the header is set whole instead.
         return web.bytes(
             generate_latest(metrics.prom.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}

@@ -20,6 +20,12 @@ from sagas.contracts.system import Tick
 from sagas.machinery.record import Record
 from sagas.machinery.step import EVENTS_CHANNEL, StepResult
 from sagas.messages import Envelope
+from services.worker.memory import (
+    PropertyDB,
+    malloc_stats,
+    python_allocated_blocks,
+    rocksdb_memory,
+)
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
@@ -73,6 +79,52 @@ class WorkerPrometheus:
             self.sagas_started.labels(saga.entity_type)
             for outcome in sorted(saga.statuses.final):
                 self.sagas_finished.labels(saga.entity_type, outcome)
+
+    def measure_memory(self, dbs: list[PropertyDB]) -> None:
+        """Set the memory gauges (``services.worker.memory``) from ``dbs``, the RocksDB
+        databases open now. The gauges exist from the first call on: a worker that does not
+        measure (the default) does not export zeros that would read as measurements."""
+        if not hasattr(self, "rocksdb_memory"):
+            r = self.registry
+            self.rocksdb_memory = Gauge(
+                "sagaline_worker_rocksdb_memory_bytes",
+                "RocksDB's own memory accounting over the open table partitions, by kind "
+                "(memtables, table_readers, block_cache)",
+                ["kind"],
+                registry=r,
+            )
+            self.rocksdb_sst = Gauge(
+                "sagaline_worker_rocksdb_sst_bytes",
+                "Size of the SST files of the open table partitions (on disk, not memory)",
+                registry=r,
+            )
+            self.rocksdb_open = Gauge(
+                "sagaline_worker_rocksdb_open_databases",
+                "RocksDB databases open (one per table and assigned partition)",
+                registry=r,
+            )
+            self.python_blocks = Gauge(
+                "sagaline_worker_python_allocated_blocks",
+                "Live blocks of Python's object allocator "
+                "(sys.getallocatedblocks(); a count, not bytes)",
+                registry=r,
+            )
+            self.malloc_bytes = Gauge(
+                "sagaline_worker_malloc_bytes",
+                "glibc malloc over the whole process: bytes in use and bytes held free (mallinfo2)",
+                ["state"],
+                registry=r,
+            )
+        by_kind = rocksdb_memory(dbs)
+        self.rocksdb_sst.set(by_kind.pop("sst_files"))
+        for kind, value in by_kind.items():
+            self.rocksdb_memory.labels(kind).set(value)
+        self.rocksdb_open.set(len(dbs))
+        self.python_blocks.set(python_allocated_blocks())
+        malloc = malloc_stats()
+        if malloc is not None:
+            self.malloc_bytes.labels("in_use").set(malloc.in_use)
+            self.malloc_bytes.labels("free").set(malloc.free)
 
     def count_batch(self, process: str, processed: int, duplicates: int, dead: int) -> None:
         """What a stored batch did with its records (a record whose decision was too large

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, text
 
 from runtime.settings import Settings
 from runtime.topics import EVENTS, ORDER_SAGA
+from sagaline.wiring import build_processes
 from tests.integration.harness import (
     Stack,
     isolated_settings,
@@ -92,7 +93,7 @@ async def _run_orders(stack: Stack) -> dict[str, str]:
 
 
 async def test_worker_projector_and_api_metrics_after_a_few_sagas(tmp_path: Path) -> None:
-    settings = isolated_settings(tmp_path, step_timeout_s=3.0)
+    settings = isolated_settings(tmp_path, step_timeout_s=3.0, worker_memory_metrics=True)
     with fresh_database("postgresql", tmp_path) as url, read_engine(url) as engine:
         async with running_stack(settings, tmp_path) as stack:
             projector = ProjectorProcess(
@@ -126,6 +127,14 @@ async def _check(stack: Stack, settings: Settings) -> None:
         ),
     )
     assert value(worker, "sagaline_sagas_started_total", saga_type="order") == 3
+    # The opt-in memory gauges, read from the RocksDB databases Faust has open: one per
+    # table and partition, and the order tables' writes sit in their memtables.
+    tables = len(build_processes(settings))  # one table per process
+    assert value(worker, "sagaline_worker_rocksdb_open_databases") == tables * settings.partitions
+    assert value(worker, "sagaline_worker_rocksdb_memory_bytes", kind="memtables") > 0
+    assert value(worker, "sagaline_worker_rocksdb_memory_bytes", kind="block_cache") >= 0
+    assert value(worker, "sagaline_worker_python_allocated_blocks") > 10_000
+    assert value(worker, "sagaline_worker_malloc_bytes", state="in_use") > 0
     assert value(worker, "sagaline_sagas_started_total", saga_type="enrollment") == 0
     finished = "sagaline_sagas_finished_total"
     assert value(worker, finished, saga_type="order", outcome="CONFIRMED") == 1

@@ -1,0 +1,348 @@
+"""Worker memory over a long run at half load: does RSS settle, and which part grows.
+
+    python -m benchmarks.bench_soak [--minutes 30] [--rate N] [--products 200]
+        [--sample-s 5] [--csv .local/soak-<run>.csv]
+
+Starts the real worker process (as bench_sagas does) with its opt-in memory gauges on
+(``SAGALINE_WORKER_MEMORY_METRICS``), then drives single-line order sagas straight to the
+saga topic at one fixed rate for ``--minutes``: ``--rate`` orders/s if given, otherwise half
+of the maximum rate measured first by a short full-load phase (as bench_sagas measures it).
+Outcomes are read from the event topic. Every ``--sample-s`` seconds it records the worker's
+RSS, PSS and USS (/proc/<pid>/smaps_rollup) and scrapes the worker's /metrics for RocksDB's
+own memory (memtables, table readers, block cache, summed over the open partitions), the
+live blocks of Python's object allocator and glibc malloc's in-use and free bytes.
+
+Prints one row per quarter of the soak (sagas completed per second, p50/p99 latency of the
+orders sent in that quarter, medians of the memory samples) and the verdict
+``RSS last quarter vs second quarter`` (medians; the target is within 10%). The samples go
+to ``--csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+import sagas.contracts  # noqa: F401
+from benchmarks.bench_sagas import envelope, order, run_orders
+from benchmarks.common import delete_topics, git_rev, machine, percentile
+from runtime.settings import Settings
+from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
+from sagas.contracts.ledger import SetCapacity
+from sagas.messages import ContractError, Envelope
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from tests.integration.harness import Worker, free_port
+
+MIB = 1024 * 1024
+ROCKSDB_KINDS = ("memtables", "table_readers", "block_cache")
+
+
+class OutcomeTail(EventTail):
+    """The event tail without its list of every event: a soak sees millions of them, and
+    the driver's memory is not what is measured. Only outcomes are kept, and the soak pops
+    them as it reads them."""
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=100)
+            for records in batch.values():
+                for record in records:
+                    try:
+                        env = Envelope.decode(record.value)
+                    except ContractError:
+                        continue
+                    self._note_outcome(env, loop.time())
+
+
+def smaps_rollup(pid: int) -> dict[str, float]:
+    """RSS, PSS, USS (private clean + dirty) and anonymous memory of ``pid``, in MiB."""
+    kib: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] == "kB":
+                kib[parts[0].rstrip(":")] = int(parts[1])
+    return {
+        "rss_mib": kib.get("Rss", 0) / 1024,
+        "pss_mib": kib.get("Pss", 0) / 1024,
+        "uss_mib": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) / 1024,
+        "anon_mib": kib.get("Anonymous", 0) / 1024,
+    }
+
+
+def worker_gauges(text: str) -> dict[str, float]:
+    """The memory gauges of one /metrics page (see services/worker/memory.py)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "sagaline_worker_rocksdb_memory_bytes":
+                out[f"rocksdb_{s.labels['kind']}_mib"] = s.value / MIB
+            elif s.name == "sagaline_worker_rocksdb_sst_bytes":
+                out["rocksdb_sst_mib"] = s.value / MIB
+            elif s.name == "sagaline_worker_rocksdb_open_databases":
+                out["rocksdb_dbs"] = s.value
+            elif s.name == "sagaline_worker_python_allocated_blocks":
+                out["py_blocks_k"] = s.value / 1000
+            elif s.name == "sagaline_worker_malloc_bytes":
+                out[f"malloc_{s.labels['state']}_mib"] = s.value / MIB
+    if all(f"rocksdb_{k}_mib" in out for k in ROCKSDB_KINDS):
+        out["rocksdb_mib"] = sum(out[f"rocksdb_{k}_mib"] for k in ROCKSDB_KINDS)
+    return out
+
+
+@dataclass
+class Soak:
+    """What the soak saw: memory samples, and each order's send and outcome times."""
+
+    pid: int
+    metrics_url: str
+    start: float = 0.0
+    """Monotonic time the soak phase began (samples before it are the warm-up's)."""
+    seconds: float = 0.0
+    phase: str = "warmup"
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    sent_at: dict[str, float] = field(default_factory=dict)
+    done: list[tuple[float, float, str]] = field(default_factory=list)
+    """(sent at, ended at, status) of every soak order that ended."""
+
+    async def sample_forever(self, every: float) -> None:
+        t0 = time.monotonic()
+        async with httpx.AsyncClient(timeout=10) as http:
+            while True:
+                row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1), "phase": self.phase}
+                row.update(smaps_rollup(self.pid))
+                try:
+                    row.update(worker_gauges((await http.get(self.metrics_url)).text))
+                except httpx.HTTPError as exc:
+                    row["scrape_error"] = type(exc).__name__
+                row["completed"] = len(self.done)
+                row["load1"] = os.getloadavg()[0]
+                row["mono"] = time.monotonic()
+                self.samples.append(row)
+                await asyncio.sleep(every)
+
+    def quarter_of(self, at: float) -> int:
+        return min(3, max(0, int(4 * (at - self.start) / self.seconds)))
+
+
+async def send_steadily(bus: CommandBus, soak: Soak, rate: float, products: int) -> int:
+    """Orders at ``rate``/s for the soak's length, in small paced chunks (as bench_sagas
+    paces its latency phase); returns how many were sent."""
+    loop = asyncio.get_running_loop()
+    chunk = max(1, int(rate / 20))
+    sent = 0
+    total = int(rate * soak.seconds)
+    while sent < total:
+        items = [order(sent + i, products) for i in range(min(chunk, total - sent))]
+        now = loop.time()
+        for order_id, _ in items:
+            soak.sent_at[order_id] = now
+        await bus.send_many([(ORDER_SAGA, env) for _, env in items])
+        sent += len(items)
+        await asyncio.sleep(max(0.0, soak.start + sent / rate - loop.time()))
+    return sent
+
+
+async def collect_outcomes(tail: EventTail, soak: Soak) -> None:
+    """Move the soak's ended orders from the tail into ``soak.done`` once a second."""
+    while True:
+        for order_id in [i for i in tail.outcomes if i in soak.sent_at]:
+            outcome = tail.outcomes.pop(order_id)
+            soak.done.append((soak.sent_at.pop(order_id), outcome.at, outcome.status))
+        await asyncio.sleep(1)
+
+
+def median(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return statistics.median(values) if values else float("nan")
+
+
+def quarter_table(soak: Soak) -> tuple[list[str], dict[int, list[dict[str, Any]]]]:
+    quarter_s = soak.seconds / 4
+    by_q: dict[int, list[dict[str, Any]]] = {
+        q: [
+            r
+            for r in soak.samples
+            if r["phase"] == "soak" and soak.quarter_of(r["mono"]) == q and r["mono"] >= soak.start
+        ]
+        for q in range(4)
+    }
+    lines = [
+        "quarter  sagas/s   p50 ms   p99 ms | RSS MiB  USS MiB  anon MiB | py blocks k  malloc used/free MiB"
+        " | RocksDB MiB (memtables+readers+cache)  SST MiB  load",
+    ]
+    for q in range(4):
+        rows = by_q[q]
+        ended = [d for d in soak.done if soak.quarter_of(d[1]) == q]
+        lat = [(end - sent) * 1000 for sent, end, _ in soak.done if soak.quarter_of(sent) == q]
+        lines.append(
+            f"Q{q + 1}      {len(ended) / quarter_s:7.1f}  {percentile(lat, 50):7.1f}  {percentile(lat, 99):7.1f}"
+            f" | {median(rows, 'rss_mib'):7.1f}  {median(rows, 'uss_mib'):7.1f}  {median(rows, 'anon_mib'):8.1f}"
+            f" | {median(rows, 'py_blocks_k'):11.1f}  {median(rows, 'malloc_in_use_mib'):6.1f}/{median(rows, 'malloc_free_mib'):<6.1f}"
+            f"       | {median(rows, 'rocksdb_mib'):6.1f} ({median(rows, 'rocksdb_memtables_mib'):.1f}"
+            f"+{median(rows, 'rocksdb_table_readers_mib'):.1f}+{median(rows, 'rocksdb_block_cache_mib'):.1f})"
+            f"              {median(rows, 'rocksdb_sst_mib'):7.1f}  {median(rows, 'load1'):4.2f}"
+        )
+    return lines, by_q
+
+
+def change(by_q: dict[int, list[dict[str, Any]]], key: str) -> tuple[float, float, float]:
+    second, last = median(by_q[1], key), median(by_q[3], key)
+    return second, last, (last - second) / second * 100 if second else float("nan")
+
+
+def write_csv(path: Path, samples: list[dict[str, Any]]) -> None:
+    keys: list[str] = []
+    for row in samples:
+        keys += [k for k in row if k not in keys and k != "mono"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(samples)
+
+
+async def main(args: argparse.Namespace) -> None:
+    run = uuid.uuid4().hex[:6]
+    data = Path(f".local/soak-{run}")
+    settings = Settings(
+        topic_prefix=f"soak{run}",
+        app_id=f"soak{run}",
+        data_dir=data / "worker-data",
+        worker_web_port=free_port(),
+        log_level="INFO",
+        step_timeout_s=120,
+        reservation_ttl_s=600,
+        worker_memory_metrics=True,
+    )
+    csv_path = Path(args.csv or f".local/soak-{run}.csv")
+    print(
+        f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
+        f"  rocksdb per partition: write buffer {settings.rocksdb_write_buffer_mb} MiB x 2, block cache {settings.rocksdb_block_cache_mb} MiB"
+    )
+    print(
+        f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
+    )
+    await create_topics(settings)
+    data.mkdir(parents=True, exist_ok=True)
+    worker = Worker(settings, data)
+    worker.start()
+    assert worker.proc is not None
+    soak = Soak(
+        worker.proc.pid,
+        f"http://127.0.0.1:{settings.worker_web_port}/metrics",
+        seconds=args.minutes * 60,
+    )
+    sampler = asyncio.create_task(soak.sample_forever(args.sample_s))
+    bus, tail = CommandBus(settings), OutcomeTail(settings)
+    await bus.start()
+    await tail.start()
+    try:
+        await bus.send_many(
+            [
+                (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
+                for i in range(args.products)
+            ]
+        )
+        await run_orders(bus, tail, 500, args.products, None)  # warm-up
+        if args.rate:
+            rate = args.rate
+            print(f"rate      {rate:,.1f} orders/s, given by --rate (no max-rate phase)")
+        else:
+            soak.phase = "max-rate"
+            full, _ = await run_orders(bus, tail, args.max_orders, args.products, None)
+            rate = full / 2
+            print(
+                f"rate      {rate:,.1f} orders/s = half of {full:,.1f} sagas/s measured at full load"
+                f" ({args.max_orders} single-line orders, this run)"
+            )
+        tail.outcomes.clear()
+        print(
+            f"soak      {args.minutes} min at {rate:,.1f} orders/s over {args.products} products,"
+            f" sampling every {args.sample_s:g} s"
+        )
+        soak.phase = "soak"
+        soak.start = asyncio.get_running_loop().time()
+        collector = asyncio.create_task(collect_outcomes(tail, soak))
+        sent = await send_steadily(bus, soak, rate, args.products)
+        deadline = time.monotonic() + 120
+        while soak.sent_at and time.monotonic() < deadline:  # the last orders' outcomes
+            await asyncio.sleep(1)
+        soak.phase = "drain"
+        collector.cancel()
+        await asyncio.gather(collector, return_exceptions=True)
+        not_confirmed = sum(status != "CONFIRMED" for _, _, status in soak.done)
+        print(
+            f"orders    {sent} sent, {len(soak.done)} ended ({not_confirmed} not CONFIRMED),"
+            f" {len(soak.sent_at)} without an outcome 120 s after the last send"
+        )
+        dbs = int(median(soak.samples[-3:], "rocksdb_dbs"))
+        wb, cache = settings.rocksdb_write_buffer_mb, settings.rocksdb_block_cache_mb
+        print(
+            f"rocksdb   {dbs} databases open (tables x partitions); configured bound: memtables"
+            f" {dbs} x 2 x {wb} = {dbs * 2 * wb} MiB, block cache {dbs} x {cache} = {dbs * cache} MiB"
+            " (table readers: index and filter blocks of the SST files, outside the cache)"
+        )
+        lines, by_q = quarter_table(soak)
+        for line in lines:
+            print(line)
+        second, last, pct = change(by_q, "rss_mib")
+        print(
+            f"RSS last quarter vs second quarter: {pct:+.1f}% (target <= 10%)"
+            f"  [medians {second:.1f} -> {last:.1f} MiB]"
+        )
+        for key, what in (
+            ("uss_mib", "USS"),
+            ("anon_mib", "anonymous"),
+            ("rocksdb_mib", "RocksDB memory"),
+            ("rocksdb_memtables_mib", "  memtables"),
+            ("rocksdb_table_readers_mib", "  table readers"),
+            ("rocksdb_block_cache_mib", "  block cache"),
+            ("py_blocks_k", "Python blocks (k)"),
+            ("malloc_in_use_mib", "malloc in use"),
+            ("malloc_free_mib", "malloc free"),
+            ("rocksdb_sst_mib", "SST files (disk)"),
+        ):
+            a, b, p = change(by_q, key)
+            print(f"  {what:<18} Q2 {a:9.1f}  Q4 {b:9.1f}  {p:+6.1f}%")
+        print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        write_csv(csv_path, soak.samples)
+        print(f"csv       {len(soak.samples)} samples in {csv_path}")
+        await tail.stop()
+        await bus.stop()
+        worker.stop()
+        await delete_topics(settings)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="orders/s during the soak; without it, half of a max rate measured first",
+    )
+    parser.add_argument("--max-orders", type=int, default=2000, help="orders of the max-rate phase")
+    parser.add_argument("--products", type=int, default=200)
+    parser.add_argument("--sample-s", type=float, default=5)
+    parser.add_argument("--csv", default="", help="samples file (default .local/soak-<run>.csv)")
+    asyncio.run(main(parser.parse_args()))

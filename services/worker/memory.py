@@ -1,0 +1,116 @@
+"""Where the worker's memory is: RocksDB's own accounting, the Python object allocator, malloc.
+
+An opt-in diagnostic (``SAGALINE_WORKER_MEMORY_METRICS``), measured when ``/metrics`` is
+scraped and never in between. It exists because RSS alone cannot say whether a growing
+worker is filling bounded caches (settling) or leaking (BENCHMARKS.md, "Worker memory over
+a 30-minute soak"). Every number here is cheap to read, with no tracing:
+
+- RocksDB: each open database's own memory properties (rocksdict's ``property_int_value``):
+  memtables, table readers (index and filter blocks held outside the block cache by
+  default) and the block cache, summed over every table partition this worker has open.
+- Python: ``sys.getallocatedblocks()``, the number of live blocks of the object allocator
+  (pymalloc's small blocks and the large ones it hands to malloc). A count, not bytes: bytes
+  would need tracemalloc, which slows every allocation. A flat count under steady load says
+  the Python side holds no more objects than it did; a rising one is a Python leak.
+- malloc: glibc's ``mallinfo2()`` over all arenas, bytes handed out and bytes held free (kept
+  by malloc, not returned to the OS: fragmentation shows here). This is the C heap of the
+  whole process (Python's large objects, RocksDB, the Kafka client's buffers); pymalloc's
+  own arenas are mmapped and not in it. Absent where the C library has no ``mallinfo2``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+ROCKSDB_PROPERTIES = {
+    "memtables": "rocksdb.cur-size-all-mem-tables",
+    "table_readers": "rocksdb.estimate-table-readers-mem",
+    "block_cache": "rocksdb.block-cache-usage",
+}
+"""What a worker's RocksDB holds in memory, by the ``kind`` label it is exported under."""
+SST_PROPERTY = "rocksdb.total-sst-files-size"
+
+
+class PropertyDB(Protocol):
+    """An open RocksDB (rocksdict's ``Rdict``), as far as its properties go."""
+
+    def property_int_value(self, name: str) -> int | None: ...
+
+
+def rocksdb_memory(dbs: Iterable[PropertyDB]) -> dict[str, int]:
+    """RocksDB's memory by kind, and its files on disk (``sst_files``), summed over ``dbs``.
+    Each database has its own block cache (Faust makes one per partition), so the sum is
+    what the process holds."""
+    totals = dict.fromkeys([*ROCKSDB_PROPERTIES, "sst_files"], 0)
+    for db in dbs:
+        for kind, name in ROCKSDB_PROPERTIES.items():
+            totals[kind] += db.property_int_value(name) or 0
+        totals["sst_files"] += db.property_int_value(SST_PROPERTY) or 0
+    return totals
+
+
+def open_rocksdbs(tables: Iterable[Any]) -> list[PropertyDB]:
+    """The databases Faust has open for ``tables`` (one per assigned partition). Empty for a
+    table on another store (``memory://``): only Faust's RocksDB store keeps ``_dbs``."""
+    dbs: list[PropertyDB] = []
+    for table in tables:
+        opened = getattr(table.data, "_dbs", None)  # faust.stores.rocksdb.Store
+        if opened:
+            dbs.extend(db for db in list(opened.values()) if hasattr(db, "property_int_value"))
+    return dbs
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Malloc:
+    in_use: int
+    """Bytes handed out: ``uordblks`` (arenas) + ``hblkhd`` (direct mmaps)."""
+    free: int
+    """Bytes malloc holds free in its arenas (``fordblks``): resident if touched, reusable."""
+
+
+def _mallinfo2() -> Any:
+    path = ctypes.util.find_library("c")
+    if path is None:
+        return None
+    fn = getattr(ctypes.CDLL(path), "mallinfo2", None)
+    if fn is not None:
+        fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def malloc_stats() -> Malloc | None:
+    """glibc's view of the C heap, or None without ``mallinfo2`` (glibc < 2.33, musl)."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return Malloc(in_use=info.uordblks + info.hblkhd, free=info.fordblks)
+
+
+def python_allocated_blocks() -> int:
+    return sys.getallocatedblocks()
