@@ -716,5 +716,5 @@ def test_a_snapshot_row_of_long_ids_still_has_a_key_that_fits_an_envelope() -> N
 
 
 def test_a_row_deleted_alone_yields_nothing_yet() -> None:
-    """No business event is defined for a student or course deleted alone (CDC_STATUS.md)."""
+    """No business event is defined for a student or course deleted alone (issue 10)."""
     assert classify((change("student", "d", {"id": "s"}, None),)) == ()
