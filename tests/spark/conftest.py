@@ -40,7 +40,11 @@ def spark() -> Iterator[SparkSession]:
     try:
         session = build_session(
             master="local[2]",
-            driver_memory="1g",
+            # One session runs every Spark test (hundreds of plans, cached frames). Since the
+            # legacy CDC contracts joined the domain events, the payload schema and its native
+            # checks are larger, and a late test's planning ran out of a 1 GiB heap once in
+            # CI; a single rebuild (SAGALINE_SPARK_DRIVER_MEMORY, 1g) plans each model once.
+            driver_memory="2g",
             shuffle_partitions=4,
             jars_dir=JARS,
             app_name="sagaline-spark-tests",
