@@ -18,10 +18,10 @@ import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -218,39 +218,38 @@ async def _read_to_end(
     return out
 
 
-@asynccontextmanager
-async def _consumer(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
+def _consumer(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaConsumer]:
     consumer = AIOKafkaConsumer(
         **aiokafka_options(settings),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=2 * 1024 * 1024,
     )
-    try:
-        await consumer.start()
-    except KafkaError as exc:
-        await consumer.stop()
-        raise await unreachable(settings, exc) from exc
-    try:
-        yield consumer
-    finally:
-        await consumer.stop()
+    return _started(settings, consumer)
 
 
-@asynccontextmanager
-async def _producer(settings: Settings) -> AsyncIterator[AIOKafkaProducer]:
+def _producer(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaProducer]:
     producer = AIOKafkaProducer(
         **aiokafka_options(settings),
         enable_idempotence=True,
         acks="all",
         max_request_size=2 * 1024 * 1024,
     )
+    return _started(settings, producer)
+
+
+_Client = TypeVar("_Client", AIOKafkaConsumer, AIOKafkaProducer)
+
+
+@asynccontextmanager
+async def _started(settings: Settings, client: _Client) -> AsyncIterator[_Client]:
+    """``client`` started (a broker that does not answer is a sentence), stopped after."""
     try:
-        await producer.start()
+        await client.start()
     except KafkaError as exc:
-        await producer.stop()
+        await client.stop()
         raise await unreachable(settings, exc) from exc
     try:
-        yield producer
+        yield client
     finally:
-        await producer.stop()
+        await client.stop()
