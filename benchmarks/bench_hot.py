@@ -23,17 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import uuid
-from pathlib import Path
 
 from benchmarks.bench_sagas import envelope, order, run_orders
-from benchmarks.common import c_extensions, git_rev, machine
-from runtime.settings import Settings
+from benchmarks.common import c_extensions, git_rev, machine, run_settings
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from tests.integration.harness import Worker, free_port
+from tests.integration.harness import Worker
 
 HOT = "p0"
 """The hot product: ``order(i, 1)`` orders it."""
@@ -71,14 +68,8 @@ async def closed_loop(
 
 
 async def main(args: argparse.Namespace) -> None:
-    run = uuid.uuid4().hex[:6]
-    data = Path(f".local/bench-{run}")
-    settings = Settings(
-        topic_prefix=f"benchhot{run}",
-        app_id=f"benchhot{run}",
-        data_dir=data / "worker-data",
-        worker_web_port=free_port(),
-        log_level="INFO",
+    data, settings = run_settings(
+        "benchhot",
         step_timeout_s=300,
         reservation_ttl_s=1200,
     )

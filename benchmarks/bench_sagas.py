@@ -20,13 +20,12 @@ import time
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
-from benchmarks.common import RssSampler, c_extensions, git_rev, machine, summary_ms
+from benchmarks.common import RssSampler, c_extensions, git_rev, machine, run_settings, summary_ms
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, INVENTORY, ORDER_SAGA, create_topics
@@ -38,7 +37,7 @@ from sagas.ids import derive_id
 from sagas.messages import Envelope, Message
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from tests.integration.harness import Worker, free_port
+from tests.integration.harness import Worker
 
 HOPS = 9  # place -> reserve -> reserved -> authorize -> authorized -> confirm -> confirmed -> capture -> captured
 ENROLLMENT_HOPS = 7
@@ -228,14 +227,8 @@ async def set_courses_and_students(bus: CommandBus, courses: int, students: int)
 
 
 async def main(args: argparse.Namespace) -> None:
-    run = uuid.uuid4().hex[:6]
-    data = Path(f".local/bench-{run}")
-    settings = Settings(
-        topic_prefix=f"bench{run}",
-        app_id=f"bench{run}",
-        data_dir=data / "worker-data",
-        worker_web_port=free_port(),
-        log_level="INFO",
+    data, settings = run_settings(
+        "bench",
         step_timeout_s=120,
         reservation_ttl_s=600,
     )

@@ -26,7 +26,6 @@ import csv
 import os
 import statistics
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,14 +35,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import sagas.contracts  # noqa: F401
 from benchmarks.bench_sagas import envelope, order, run_orders
-from benchmarks.common import delete_topics, git_rev, machine, percentile
-from runtime.settings import Settings
+from benchmarks.common import delete_topics, git_rev, machine, percentile, run_settings
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from sagas.messages import ContractError, Envelope
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from tests.integration.harness import Worker, free_port
+from tests.integration.harness import Worker
 
 MIB = 1024 * 1024
 ROCKSDB_KINDS = ("memtables", "table_readers", "block_cache")
@@ -216,19 +214,13 @@ def write_csv(path: Path, samples: list[dict[str, Any]]) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    run = uuid.uuid4().hex[:6]
-    data = Path(f".local/soak-{run}")
-    settings = Settings(
-        topic_prefix=f"soak{run}",
-        app_id=f"soak{run}",
-        data_dir=data / "worker-data",
-        worker_web_port=free_port(),
-        log_level="INFO",
+    data, settings = run_settings(
+        "soak",
         step_timeout_s=120,
         reservation_ttl_s=600,
         worker_memory_metrics=True,
     )
-    csv_path = Path(args.csv or f".local/soak-{run}.csv")
+    csv_path = Path(args.csv or f"{data}.csv")
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
         f"  rocksdb per partition: write buffer {settings.rocksdb_write_buffer_mb} MiB x 2, block cache {settings.rocksdb_block_cache_mb} MiB"
@@ -344,5 +336,5 @@ if __name__ == "__main__":
     parser.add_argument("--max-orders", type=int, default=2000, help="orders of the max-rate phase")
     parser.add_argument("--products", type=int, default=200)
     parser.add_argument("--sample-s", type=float, default=5)
-    parser.add_argument("--csv", default="", help="samples file (default .local/soak-<run>.csv)")
+    parser.add_argument("--csv", default="", help="samples file (default .local/soak<run>.csv)")
     asyncio.run(main(parser.parse_args()))

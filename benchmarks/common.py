@@ -8,13 +8,17 @@ import statistics
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import declared_topics
+from tests.integration.harness import free_port
 
 
 def machine() -> str:
@@ -122,3 +126,19 @@ async def delete_topics(settings: Settings) -> None:
         await admin.delete_topics([spec.name for spec in declared_topics(settings)])
     finally:
         await admin.close()
+
+
+def run_settings(name: str, **overrides: Any) -> tuple[Path, Settings]:
+    """A benchmark run's own directory (``.local/<name>-<run>``), topics, consumer group and
+    worker web port, so no two runs share state; ``overrides`` are the run's other settings."""
+    run = f"{name}{uuid.uuid4().hex[:6]}"
+    data = Path(".local") / run
+    settings = Settings(
+        topic_prefix=run,
+        app_id=run,
+        data_dir=data / "worker-data",
+        worker_web_port=free_port(),
+        log_level="INFO",
+        **overrides,
+    )
+    return data, settings
