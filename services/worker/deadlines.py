@@ -20,9 +20,10 @@ Why the index cannot miss a deadline without any periodic rescan of the tables:
   never a duplicate (its id derives from the time it was sent) and so always stores the
   key's record, which schedules its remaining deadline. A tick that could not be sent (or
   whose delivery failed) is scheduled again at once (see :meth:`DeadlineIndex.retry`).
-- What remains: a tick whose processing raises in a definition is dead-lettered and its
-  record not stored. A rescan would only fire it again into the same error, every pass;
-  the restart that deploys the fix rebuilds the index anyway.
+- What remains: a tick whose processing raises in a definition, or would send a message
+  over SAGALINE_MAX_MESSAGE_BYTES, is dead-lettered and its record not stored. A rescan
+  would only fire it again into the same outcome, every pass; the restart that deploys the
+  fix rebuilds the index anyway.
 
 So the periodic full rebuild (SAGALINE_DEADLINE_RESCAN_S) is a safety net against a path
 this argument overlooks, not part of the design; it is kept, rare by default, and cheap:
