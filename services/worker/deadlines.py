@@ -32,8 +32,8 @@ records without deadlines are recognized without decoding them
 the event loop every :data:`YIELD_EVERY` keys, so batches keep flowing while it runs.
 Its default, 600 s, is ten times rarer than the 60 s it replaces: a pass still reads every
 record ever written once (finished sagas are never deleted), and a deadline only it would
-find fires at most that late, within the reservation TTL and participant retention of the
-definitions (5 and 10 minutes), the longest deadlines a user waits on. 0 turns it off.
+find fires at most that late: the order of the longest deadlines the definitions set
+(a reservation's 5-minute TTL, a participant's 10-minute retention). 0 turns it off.
 """
 
 from __future__ import annotations
