@@ -29,7 +29,8 @@ So the periodic full rebuild (SAGALINE_DEADLINE_RESCAN_S) is a safety net agains
 this argument overlooks, not part of the design; it is kept, rare by default, and cheap:
 records without deadlines are recognized without decoding them
 (:meth:`~sagas.machinery.record.Record.surely_without_deadlines`), and the scan yields to
-the event loop every :data:`YIELD_EVERY` keys, so batches keep flowing while it runs.
+the event loop every few milliseconds (:data:`SLICE_S`), so batches keep flowing while it
+runs.
 Its default, 600 s, is ten times rarer than the 60 s it replaces: a pass still reads every
 record ever written once (finished sagas are never deleted), and a deadline only it would
 find fires at most that late: the order of the longest deadlines the definitions set
@@ -40,12 +41,16 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
 YIELD_EVERY = 200
-"""Keys a rebuild reads between two yields to the event loop: a slice holds it for about a
-millisecond when no record has deadlines, a few when every one must be decoded."""
+"""Most keys a rebuild reads between two yields to the event loop."""
+SLICE_S = 0.005
+"""Longest a rebuild holds the loop before it yields, whatever the keys left in its slice:
+a record that must be decoded (a hot product with a full window of closed reservations)
+costs far more than reading one."""
 
 
 class DeadlineIndex:
@@ -93,22 +98,26 @@ class DeadlineIndex:
         interrupted: Callable[[], bool] = lambda: False,
     ) -> bool:
         """Index ``entries`` (every key of the table) afresh, yielding to the event loop
-        every :data:`YIELD_EVERY` keys. Returns False, leaving the index stale, when it
-        stopped because ``interrupted()`` or a new :attr:`stale` mark said the table is
-        changing hands (a rebalance): the next rebuild starts over."""
+        every :data:`YIELD_EVERY` keys or :data:`SLICE_S`, whichever comes first. Returns
+        False, leaving the index stale, when it stopped because ``interrupted()`` or a new
+        :attr:`stale` mark said the table is changing hands (a rebalance): the next rebuild
+        starts over."""
         self._heap.clear()
         self._scheduled.clear()
         self.stale = False  # a rebalance during the scan sets it again
         stored = self._stored_while_scanning = set()
         try:
-            for n, (key, due) in enumerate(entries, 1):
+            in_slice, since = 0, time.perf_counter()
+            for key, due in entries:
                 if key not in stored:
                     self._index(key, due)
-                if n % YIELD_EVERY == 0:
+                in_slice += 1
+                if in_slice == YIELD_EVERY or time.perf_counter() - since > SLICE_S:
                     await asyncio.sleep(0)
                     if self.stale or interrupted():
                         self.stale = True
                         return False
+                    in_slice, since = 0, time.perf_counter()
         except BaseException:
             self.stale = True
             raise

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +18,7 @@ from runtime.settings import Settings
 from sagas.contracts import ledger as lc
 from sagas.machinery.record import Record
 from services.worker import faust_app
-from services.worker.deadlines import YIELD_EVERY, DeadlineIndex
+from services.worker.deadlines import SLICE_S, YIELD_EVERY, DeadlineIndex
 from services.worker.runner import DictTable, ProcessRunner
 from tests.unit.test_runner import T0, FakeKafka, incoming, runner
 
@@ -221,3 +223,28 @@ async def test_keys_whose_tick_could_not_be_sent_are_due_again() -> None:
     with pytest.raises(ConnectionError):
         await faust_app._send_ticks(app, "t.inventory", r)  # type: ignore[arg-type]
     assert sorted(r.deadlines.pop_due(T0)) == [("b", T0), ("c", T0)]
+
+
+async def test_a_rebuild_yields_after_a_few_milliseconds_whatever_its_slice_holds() -> None:
+    index = DeadlineIndex()
+    turns = 0
+
+    def slow_entries() -> Iterator[tuple[str, datetime | None]]:
+        for i in range(20):  # far fewer keys than a slice: each costs as a big decode would
+            time.sleep(2 * SLICE_S)
+            yield f"k{i}", T0
+
+    async def batches() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(batches())
+    await asyncio.sleep(0)
+    before = turns
+    assert await index.rebuild(slow_entries(), 0.0)
+    during = turns - before
+    other.cancel()
+    assert during >= 19
+    assert len(index) == 20
