@@ -146,6 +146,11 @@ class Settings(BaseSettings):
         False,
         description="Opt-in diagnostic: the worker's /metrics also reports RocksDB's memory by kind (memtables, table readers, block cache), live Python allocator blocks and glibc malloc bytes, read at each scrape (see services/worker/memory.py)",
     )
+    deadline_rescan_s: float = Field(
+        600.0,
+        ge=0,
+        description="How often the worker also re-reads every record of its tables to rebuild its deadline index, a safety net only (the index is fed by every stored batch and rebuilt after every rebalance; why nothing should escape it: services/worker/deadlines.py). It reads each record but decodes only those that may hold a deadline, in slices that let batches run; a deadline it alone would find fires at most this late. 0: never",
+    )
 
     step_timeout_s: float = Field(
         30.0, gt=0, description="A saga step's deadline for a participant's answer"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Generic
 
@@ -38,3 +39,28 @@ class Record(BaseModel, Generic[S]):
 
     def next_deadline(self) -> datetime | None:
         return min(self.deadlines.values(), default=None)
+
+    @staticmethod
+    def surely_without_deadlines(raw: bytes) -> bool:
+        """True when ``raw``, as :meth:`encode` wrote it, holds no deadline: told from its
+        last few dozen bytes, without decoding the state before them (False: decode to know).
+
+        The fields are dumped in declaration order, so an encoded record ends with
+        ``,"deadlines":{...},"started_at":X,"stepped_at":Y}`` where X and Y are ``null`` or a
+        datetime string (no quote, no backslash). The last ``,"started_at":`` is that
+        field's own (what follows it cannot hold another); inside a string of the state it
+        would read ``,\\"started_at\\":``. A non-empty ``deadlines`` ends with a datetime's
+        closing quote, never with ``{}``. Any other shape (a record of a future layout)
+        answers False, which only costs a decode.
+        """
+        at = raw.rfind(_STARTED_AT)
+        return (
+            at > 0
+            and _TAIL.fullmatch(raw, at + len(_STARTED_AT)) is not None
+            and raw.endswith(_NO_DEADLINES, 0, at)
+        )
+
+
+_STARTED_AT = b',"started_at":'
+_NO_DEADLINES = b',"deadlines":{}'
+_TAIL = re.compile(rb'(?:null|"[^"\\]*"),"stepped_at":(?:null|"[^"\\]*")\}')

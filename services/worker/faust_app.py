@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from typing import Any, Protocol, cast
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import RecordMetadata
+from faust.stores.memory import Store as MemoryStore
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
@@ -36,6 +38,7 @@ from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
+from services.worker.deadlines import DeadlineIndex
 from services.worker.ingest import DebeziumIngest
 from services.worker.memory import open_rocksdbs
 from services.worker.metrics import Metrics
@@ -130,8 +133,13 @@ class FaustTable:
             store.set_persisted_offset(TP(changelog, partition), offset)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every key's state (positions left out)."""
-        for key, value in self.table.data.items():
+        """Every key's state (positions left out). Batches may write while the caller
+        iterates (the deadline rebuild yields to them): RocksDB iterators read a snapshot,
+        but a dict refuses to change size under an iterator, so the memory store's items
+        are copied first."""
+        store = self.table.data
+        everything = list(store.items()) if isinstance(store, MemoryStore) else store.items()
+        for key, value in everything:
             text = key.decode()
             if not text.startswith(POSITION_KEY_PREFIX):
                 yield text, value
@@ -193,6 +201,7 @@ def _register(
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
         state_cache_keys=settings.state_cache_keys,
+        deadlines=DeadlineIndex(settings.deadline_rescan_s),
     )
     _agent(app, settings, topic, process.name, runner)
     runner.faust_table = table  # type: ignore[attr-defined]
@@ -428,17 +437,60 @@ def _register_deadline_timer(
 
     @app.timer(interval=settings.deadline_poll_ms / 1000)  # type: ignore[untyped-decorator]
     async def fire_deadlines() -> None:
-        if app.rebalancing or app.in_recovery:
+        def changing_hands() -> bool:
+            return bool(app.rebalancing or app.in_recovery)
+
+        if changing_hands():
             return  # the index is rebuilt once this worker's tables are recovered
-        now = datetime.now(UTC)
         for runner in runners:
-            if runner.deadlines.needs_rebuild(app.loop.time()):
-                table = cast(FaustTable, runner.table)
-                runner.rebuild_deadlines(table.items(), app.loop.time())
-                log.info("%s: %d keys with deadlines", runner.process.name, len(runner.deadlines))
-            topic = settings.topic(runner.process.name)
-            for key in runner.deadlines.pop_due(now):
-                await app.producer.send(topic, key.encode(), _tick(key, now), None, None, None)
+            try:
+                if runner.deadlines.needs_rebuild(app.loop.time()):
+                    await _rebuild(runner, app.loop.time(), changing_hands)
+                if changing_hands():
+                    return
+                await _send_ticks(app, settings.topic(runner.process.name), runner)
+            except Exception:
+                # An exception out of a timer ends it: no deadline would fire again.
+                log.exception("%s: deadlines failed; trying again at the next poll", runner.name)
+
+
+async def _rebuild(runner: ProcessRunner, now: float, interrupted: Callable[[], bool]) -> None:
+    table = cast(FaustTable, runner.table)
+    started = time.perf_counter()
+    done = await runner.rebuild_deadlines(table.items(), now, interrupted)
+    log.info(
+        "%s: %s: %d keys with deadlines; %d records read, %d decoded, in %.2f s",
+        runner.name,
+        "deadline index rebuilt" if done else "a rebalance interrupted the deadline rebuild",
+        len(runner.deadlines),
+        *runner.last_deadline_scan,
+        time.perf_counter() - started,
+    )
+
+
+async def _send_ticks(app: faust.App, topic: str, runner: ProcessRunner) -> None:
+    """A tick per due key, each acknowledged; a key whose tick was not is kept due (its
+    deadline would otherwise wait for the next rebuild: services/worker/deadlines.py)."""
+    now = datetime.now(UTC)
+    due = runner.deadlines.pop_due(now)
+    sent: list[tuple[str, datetime, Awaitable[Any]]] = []
+    try:
+        for key, when in due:
+            future = await app.producer.send(topic, key.encode(), _tick(key, now), None, None, None)
+            sent.append((key, when, future))
+    finally:
+        for key, when in due[len(sent) :]:
+            runner.deadlines.retry(key, when)
+    results = await asyncio.gather(*(f for _, _, f in sent), return_exceptions=True)
+    failed = [
+        (key, when)
+        for (key, when, _), r in zip(sent, results, strict=True)
+        if isinstance(r, BaseException)
+    ]
+    for key, when in failed:
+        runner.deadlines.retry(key, when)
+    if failed:
+        log.warning("%s: %d tick(s) not delivered; they are sent again", runner.name, len(failed))
 
 
 def _tick(key: str, now: datetime) -> bytes:

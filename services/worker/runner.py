@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -164,6 +164,8 @@ class ProcessRunner:
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
+        self.last_deadline_scan = (0, 0)
+        """Records the latest deadline rebuild read, and how many of them it decoded."""
         self.positions = InputPositions(self.table.load_position)
         self.states = StateCache(self.state_cache_keys)
 
@@ -180,10 +182,46 @@ class ProcessRunner:
     def input_topics(self) -> tuple[str, ...]:
         return (self.topic,)
 
-    def rebuild_deadlines(self, items: Iterable[tuple[str, bytes]], monotonic_now: float) -> None:
-        """Re-index the deadlines of every key this worker's table holds."""
-        entries = ((k, self._codec.model_validate_json(raw).next_deadline()) for k, raw in items)
-        self.deadlines.rebuild(entries, monotonic_now)
+    async def rebuild_deadlines(
+        self,
+        items: Iterable[tuple[str, bytes]],
+        monotonic_now: float,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> bool:
+        """Re-index the deadlines of every key this worker's table holds, in slices between
+        which batches run (False: a rebalance interrupted it; see
+        :meth:`DeadlineIndex.rebuild`). Only records that may hold a deadline are decoded:
+        finished sagas, most of a table and never deleted, are recognized from their bytes."""
+        dates = self._due_dates(items)
+        try:
+            return await self.deadlines.rebuild(dates, monotonic_now, interrupted)
+        finally:
+            dates.close()  # an interrupted scan's counts are in last_deadline_scan too
+
+    def _due_dates(
+        self, items: Iterable[tuple[str, bytes]]
+    ) -> Generator[tuple[str, datetime | None]]:
+        scanned = decoded = 0
+        try:
+            for key, raw in items:
+                scanned += 1
+                if Record.surely_without_deadlines(raw):
+                    yield key, None
+                    continue
+                decoded += 1
+                try:
+                    due = self._codec.model_validate_json(raw).next_deadline()
+                except ValueError as exc:
+                    # Every message of this key is dead-lettered for the same reason (its
+                    # state cannot be read): no tick could fire anything either. Skipping
+                    # it keeps one bad record from failing every rebuild.
+                    log.error("%s: the record of %r cannot be decoded: %s", self.name, key, exc)
+                    due = None
+                yield key, due
+        finally:
+            self.last_deadline_scan = (scanned, decoded)
+            self.metrics.inc(self.process.name, "deadline_scan_keys", scanned)
+            self.metrics.inc(self.process.name, "deadline_scan_decoded", decoded)
 
     def load(self, key: str, partition: int) -> Record[Any] | None:
         """The table's state of ``key``, decoded (from the cache when it holds it)."""

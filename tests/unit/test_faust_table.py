@@ -8,8 +8,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import faust
 import pytest
 from aiokafka.structs import RecordMetadata
+from faust.stores.memory import Store as MemoryStore
 from faust.streams import current_event
 from faust.types import TP
 
@@ -94,3 +96,18 @@ async def test_a_batch_the_changelog_refused_is_not_applied_locally() -> None:
         await table.write([StateWrite("p1", b"s1", 0)], {("t.inventory", 0): 3})
     assert [step[0] for step in journal] == ["sent", "sent"]
     assert (table.load("p1", 0), table.load_position("t.inventory", 0)) == (None, None)
+
+
+async def test_a_memory_store_can_be_scanned_while_batches_write_to_it() -> None:
+    """The deadline rebuild yields to batches between slices of its scan."""
+    app = faust.App("scan-test", store="memory://")
+    store = MemoryStore("memory://", app, SimpleNamespace(name="t"))
+    for i in range(3):
+        store[f"k{i}".encode()] = b"v"
+    store[position_key("t.inventory", 0).encode()] = b"12"
+    table = FaustTable(SimpleNamespace(data=store), Changelog([]).send_to)
+    seen = []
+    for key, _ in table.items():
+        seen.append(key)
+        store[f"new-{key}".encode()] = b"v"  # what a batch stores during a yield
+    assert sorted(seen) == ["k0", "k1", "k2"]

@@ -114,14 +114,17 @@ def test_deadline_index_pops_each_key_once_in_time_order_and_forgets_cleared_one
     index.schedule("c", T0 + timedelta(seconds=2))
     index.schedule("c", None)  # cleared before it was due
     index.schedule("a", T0 + timedelta(seconds=3))  # same deadline again: no second entry
-    assert index.pop_due(T0 + timedelta(seconds=5)) == ["b", "a"]
+    assert index.pop_due(T0 + timedelta(seconds=5)) == [
+        ("b", T0 + timedelta(seconds=1)),
+        ("a", T0 + timedelta(seconds=3)),
+    ]
     assert index.pop_due(T0 + timedelta(seconds=9)) == []
 
 
-def test_deadline_index_is_rebuilt_after_a_rebalance_and_periodically() -> None:
+async def test_deadline_index_is_rebuilt_after_a_rebalance_and_periodically() -> None:
     index = DeadlineIndex(rescan_every_s=60)
     assert index.needs_rebuild(0.0)
-    index.rebuild([("a", T0), ("b", None)], monotonic_now=0.0)
+    assert await index.rebuild([("a", T0), ("b", None)], monotonic_now=0.0)
     assert len(index) == 1 and not index.needs_rebuild(30.0)
     assert index.needs_rebuild(61.0)
     index.stale = True  # what a rebalance does
