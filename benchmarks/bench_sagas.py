@@ -28,7 +28,14 @@ import sagas.contracts  # noqa: F401
 from benchmarks.common import RssSampler, c_extensions, git_rev, machine, run_settings, summary_ms
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, EVENTS, INVENTORY, ORDER_SAGA, create_topics
+from runtime.topics import (
+    DEAD_LETTERS,
+    EVENTS,
+    INVENTORY,
+    ORDER_SAGA,
+    create_topics,
+    declared_topics,
+)
 from sagas.catalog import COURSE, ENROLLMENT_SAGA, STUDENT
 from sagas.contracts.enrollment import Enroll, SetCourse, SetStudent
 from sagas.contracts.ledger import SetCapacity
@@ -125,14 +132,12 @@ async def record_counts(settings: Settings) -> dict[str, int]:
     consumer = AIOKafkaConsumer(**aiokafka_options(settings))
     await consumer.start()
     try:
-        # The consumer keeps no metadata of topics it does not read: partitions as declared
-        # (runtime.topics: one for dead letters, settings.partitions for the rest).
-        ours = (f"{settings.topic_prefix}.", f"{settings.app_id}-")
+        # Partitions as declared (runtime.topics): they differ by topic (one for dead
+        # letters, the CDC ingest's changelog as many as Debezium's topics).
         parts = [
-            TopicPartition(t, p)
-            for t in await consumer.topics()
-            if t.startswith(ours) and "__assignor" not in t and ".relay" not in t
-            for p in range(1 if t == settings.topic(DEAD_LETTERS) else settings.partitions)
+            TopicPartition(spec.name, p)
+            for spec in declared_topics(settings)
+            for p in range(spec.partitions)
         ]
         ends = await consumer.end_offsets(parts)
     finally:
