@@ -23,6 +23,7 @@ from services.api import metrics as api_metrics
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.console import routes as console
 from services.api.errors import documented, install_error_handlers
+from services.api.fastpath import FastLane
 from services.api.freshness import ReadWatch, database_probe
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
@@ -67,6 +68,9 @@ def create_api(
     app.state.access = auth.access_for(settings)
     app.state.prometheus = api_metrics.ApiPrometheus()
     install_error_handlers(app)
+    command_routers = (orders.router, products.router, *enrollments.COMMAND_ROUTERS)
+    # Inside the body limit (what it reads is bounded) and the metrics (it is counted).
+    app.add_middleware(FastLane, api=app, routers=command_routers)
     # Outermost but for Starlette's 500 handler: refuses a long body before anything reads it.
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     # Outside the body limit, so its 413s are counted too.
@@ -75,7 +79,7 @@ def create_api(
     every_route = documented(413, 422)
     keyed = documented(401, 403) if settings.api_auth else {}
     limited = documented(429) if settings.api_auth or settings.api_rate_per_s > 0 else {}
-    for router in (orders.router, products.router, *enrollments.COMMAND_ROUTERS):
+    for router in command_routers:
         app.include_router(
             router,
             responses=every_route | keyed | limited,

@@ -169,7 +169,6 @@ class StrictJsonRoute(APIRoute):
         async def strict(request: Request) -> Response:
             if not isinstance(request, StrictJsonRequest):
                 request = StrictJsonRequest(request.scope, request.receive)
-            # else: one a fast path (services.api.fastpath) has read: its body is cached there
             return await handler(request)
 
         return strict

@@ -10,12 +10,11 @@ from pydantic import BaseModel, Field
 from runtime.topics import ORDER_SAGA
 from sagas.contracts.orders import CancelOrder
 from sagas.ids import external_command_id
-from services.api.body import StrictJsonRequest
+from services.api.body import StrictJsonRequest, StrictJsonRoute
 from services.api.commands import Accepted, accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.errors import documented
 from services.api.fastpath import (
-    FastCommandRoute,
     commands_caller,
     fast_path,
     idempotency_key,
@@ -27,7 +26,7 @@ from services.api.fastpath import (
 from services.api.requests import ENTITY_ID, TEXT, OrderRequest
 from services.bus import CommandBus
 
-router = APIRouter(prefix="/orders", tags=["orders"], route_class=FastCommandRoute)
+router = APIRouter(prefix="/orders", tags=["orders"], route_class=StrictJsonRoute)
 
 
 class OrderAccepted(Accepted):

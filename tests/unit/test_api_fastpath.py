@@ -230,3 +230,94 @@ def test_loop_and_parser_fall_back_with_a_warning(
     )
     assert loop_and_parser() == ("asyncio", "httptools")
     assert "uvloop or httptools is not installed" in caplog.text
+
+
+class FailingBus:
+    """A command bus whose broker is gone (KafkaConnectionError), or which fails in a way
+    no handler knows (RuntimeError)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def send(self, channel: str, envelope: Any) -> Position:
+        raise self.error
+
+
+async def failing_answers(
+    tmp: Path, fast: bool, error: Exception, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, Any, int]:
+    """(status, body, requests the fast path answered) for one valid order."""
+    keys = tmp / "api-keys"
+    if not keys.exists():
+        (tmp / "key").write_text(add_key(keys, ["commands", "read"], "test")[0])
+    key = (tmp / "key").read_text()
+    app = create_api(Settings(api_keys_file=keys), bus=FailingBus(error))  # type: ignore[arg-type]
+    real = orders.place_order.fast  # type: ignore[attr-defined]
+    tried = 0
+
+    async def counting(request: Any) -> Any:
+        nonlocal tried
+        tried += 1
+        return await real(request) if fast else None
+
+    monkeypatch.setattr(orders.place_order, "fast", counting)
+    auth = {"Authorization": f"Bearer {key}", "Idempotency-Key": "k-1"}
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://a") as http:
+        await http.get("/orders/none?wait=0", headers=auth)  # the key is verified once
+        response = await http.post("/orders", json=ORDER, headers=auth)
+    return response.status_code, response.json(), tried
+
+
+async def test_a_broker_failure_on_the_fast_path_is_the_routes_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiokafka.errors import KafkaConnectionError
+
+    error = KafkaConnectionError("no broker")
+    fast = await failing_answers(tmp_path, True, error, monkeypatch)
+    slow = await failing_answers(tmp_path, False, error, monkeypatch)
+    assert fast[:2] == slow[:2]
+    assert fast[0] == 503 and "the message broker is unavailable" in fast[1]["message"]
+    assert fast[2] == 1  # the fast path took the request, and answered it with the handler
+
+
+async def test_an_unexpected_failure_on_the_fast_path_is_the_routes_500(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = await failing_answers(tmp_path, True, RuntimeError("bug"), monkeypatch)
+    slow = await failing_answers(tmp_path, False, RuntimeError("bug"), monkeypatch)
+    assert fast[:2] == slow[:2]
+    assert fast[0] == 500
+
+
+async def test_requests_the_fast_path_answers_are_counted_under_the_routes_template(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, served = await answers(tmp_path, True, monkeypatch)
+    assert served == 3
+    keys = tmp_path / "api-keys"
+    app = create_api(Settings(api_keys_file=keys), bus=RecordingBus())  # type: ignore[arg-type]
+    key = (tmp_path / "key").read_text()
+    auth = {"Authorization": f"Bearer {key}"}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://a") as http:
+        await http.get("/orders/none?wait=0", headers=auth)
+        for _ in range(3):
+            assert (await http.post("/orders", json=ORDER, headers=auth)).status_code == 202
+        broken = auth | {"Content-Type": "application/json"}
+        assert (await http.post("/orders", content=b"{", headers=broken)).status_code == 400
+    registry = app.state.prometheus.registry
+    count = registry.get_sample_value
+    assert (
+        count(
+            "sagaline_api_requests_total", {"route": "/orders", "method": "POST", "status": "202"}
+        )
+        == 3
+    )
+    assert (
+        count(
+            "sagaline_api_requests_total", {"route": "/orders", "method": "POST", "status": "400"}
+        )
+        == 1
+    )
