@@ -16,10 +16,12 @@ keeps outside the cache, and memory glibc holds on its free lists after RocksDB 
 The cache's limit is not strict (a reservation can overshoot it briefly), and the memtable
 limit is soft: writers are not stalled, since a stall would block Faust's event loop (and
 could wait on databases nobody writes to); the manager flushes instead. Measured with
-random 1 KB values written as fast as one thread can (tests/unit/test_rocksdb_budget.py
-and trials with 48 databases at the defaults), the cache peaked at most 12% over the budget. Each
-open database's memtable has a floor of a few hundred KiB, so a budget much below
-~1 MiB per open database is not held: 48 databases in an 8 MiB budget reached ~27 MiB.
+random 1 KB values written as fast as one thread can (tests/unit/test_rocksdb_budget.py,
+12 databases in 16 MiB), the cache peaked 9-40% over the budget while flushes waited for
+the shared CPU, and came back within 1 MiB of it once they caught up; 48 databases at the
+defaults (64 MiB) peaked at 58-68 MiB. Each open database's memtable has a floor of a few
+hundred KiB, so a budget much below ~1 MiB per open database is not held: 48 databases in
+an 8 MiB budget reached ~27 MiB.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ store, and writing far more than the budget leaves RocksDB's memory near it."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,37 +81,68 @@ def test_every_table_partition_shares_one_cache(
     assert memory["block_cache"] + memory["memtables"] <= after
 
 
+def _flushes_done(dbs: list[Rdict]) -> bool:
+    return not any(
+        db.property_int_value("rocksdb.num-running-flushes")
+        or db.property_int_value("rocksdb.num-immutable-mem-table")
+        for db in dbs
+    )
+
+
+def _read_everything(dbs: list[Rdict], written: int, step: int) -> None:
+    """Reads over every key written so far: data, index and filter blocks of the flushed
+    files go through the cache."""
+    for j in range(written % step, written, step):
+        assert dbs[j % len(dbs)][f"k{j:08d}".encode()][:4] == j.to_bytes(4, "big")
+
+
 def test_writing_far_more_than_the_budget_stays_within_it(
     budgeted: tuple[list[Any], list[Rdict]],
 ) -> None:
     stores, dbs = budgeted
     budget: MemoryBudget = stores[0].rocksdb_options.budget
-    # The cache's limit is not strict, and memtables are charged as they grow, before the
-    # manager's flushes (background threads) free them: in a write loop as fast as this
-    # one the cache peaked 8% over the budget in trials; a quarter leaves room for a
-    # loaded machine. The old per-database bound here: 12 x (2 x 1 MiB + 8 MiB) = 120 MiB.
-    tolerance = budget.total_bytes // 4
     samples: list[dict[str, int]] = []
     written = 0
-    for i in range(100_000):
+    while written < 100_000:
         # Random bytes do not compress: the SST files outgrow the budget many times over.
-        dbs[i % len(dbs)][f"k{i:08d}".encode()] = i.to_bytes(4, "big") + os.urandom(996)
-        written += 1000
-        if i % 1000 == 999:
-            # Reads over everything written fill the cache with data, index and filter
-            # blocks of the flushed files.
-            for j in range(i // 1000, i, 97):
-                assert dbs[j % len(dbs)][f"k{j:08d}".encode()][:4] == j.to_bytes(4, "big")
+        dbs[written % len(dbs)][f"k{written:08d}".encode()] = written.to_bytes(
+            4, "big"
+        ) + os.urandom(996)
+        written += 1
+        if written % 1000 == 0:
+            _read_everything(dbs, written, 97)
             samples.append(rocksdb_memory(dbs) | {"cache": budget.cache.get_usage()})
-    assert written > 5 * budget.total_bytes
-    sst = rocksdb_memory(dbs)["sst_files"]
-    assert sst > 3 * budget.total_bytes  # far more on disk than the budget holds
+    assert written * 1000 > 5 * budget.total_bytes
+    assert rocksdb_memory(dbs)["sst_files"] > 3 * budget.total_bytes  # far more on disk
     peak = max(samples, key=lambda sample: sample["cache"])
-    print({kind: round(n / MIB, 2) for kind, n in peak.items()})
+    print("peak", {kind: round(n / MIB, 2) for kind, n in peak.items()})
+    # While writing as fast as this loop can, memtables are charged as they grow, before
+    # the manager's flushes (background threads) free them, and the cache's limit is not
+    # strict: on the shared 2-core machine the peak was 9% to 40% over the budget, with
+    # flushes waiting for a CPU. Twice the budget is still far under the old per-database
+    # bound here, 12 x (2 x 1 MiB + 8 MiB) = 120 MiB, and it does not grow with the data.
     for sample in samples:
         held = sample["memtables"] + sample["block_cache"] + sample["table_readers"]
-        assert held <= budget.total_bytes + tolerance, sample
-        assert sample["cache"] <= budget.total_bytes + tolerance, sample
-    # The cache was used, not left empty: blocks were cached, and evicted to stay inside.
-    assert peak["cache"] > budget.total_bytes * 3 // 4
-    assert max(s["block_cache"] for s in samples) > 0
+        assert held <= budget.total_bytes * 2, sample
+        assert sample["cache"] <= budget.total_bytes * 2, sample
+    assert peak["cache"] > budget.total_bytes * 3 // 4  # used, not left empty
+
+    # Once the flushes have caught up (as they do at a worker's rates), reading everything
+    # again keeps the cache at its capacity, blocks evicted to make room: within the budget,
+    # give or take the memtables' charge, which is held as pinned 256 KiB entries spread
+    # over the cache's shards (one shard can hold more of them than its share of the
+    # capacity): up to 1 MiB over in trials, with 7 MiB of memtables left.
+    deadline = time.monotonic() + 30
+    while not _flushes_done(dbs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _flushes_done(dbs)
+    _read_everything(dbs, written, 13)
+    settled = rocksdb_memory(dbs) | {"cache": budget.cache.get_usage()}
+    print("settled", {kind: round(n / MIB, 2) for kind, n in settled.items()})
+    tolerance = budget.total_bytes // 8
+    assert budget.total_bytes * 3 // 4 < settled["cache"] <= budget.total_bytes + tolerance
+    assert settled["memtables"] + settled["block_cache"] <= budget.total_bytes + tolerance
+    assert settled["block_cache"] > 0
+    # Outside the budget: what a table file's reader keeps besides its index and filter
+    # blocks (those are in the cache). It grows with the files, but is small beside them.
+    assert settled["table_readers"] < settled["sst_files"] // 100
