@@ -9,7 +9,8 @@ saga topic at one fixed rate for ``--minutes``: ``--rate`` orders/s if given, ot
 of the maximum rate measured first by a short full-load phase (as bench_sagas measures it).
 Outcomes are read from the event topic. Every ``--sample-s`` seconds it records the worker's
 RSS, PSS and USS (/proc/<pid>/smaps_rollup) and scrapes the worker's /metrics for RocksDB's
-own memory (memtables, table readers, block cache, summed over the open partitions), the
+own memory (memtables and table readers summed over the open partitions, and the one block
+cache they share less the memtables charged to it: the three add up), the
 live blocks of Python's object allocator and glibc malloc's in-use and free bytes.
 
 Prints one row per quarter of the soak (sagas completed per second, p50/p99 latency of the
@@ -223,7 +224,7 @@ async def main(args: argparse.Namespace) -> None:
     csv_path = Path(args.csv or f"{data}.csv")
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
-        f"  rocksdb per partition: write buffer {settings.rocksdb_write_buffer_mb} MiB x 2, block cache {settings.rocksdb_block_cache_mb} MiB"
+        f"  rocksdb: one budget of {settings.rocksdb_memory_mb} MiB, write buffer {settings.rocksdb_write_buffer_mb} MiB x 2 per partition"
     )
     print(
         f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
@@ -282,11 +283,12 @@ async def main(args: argparse.Namespace) -> None:
             f" {len(soak.sent_at)} without an outcome 120 s after the last send"
         )
         dbs = int(median(soak.samples[-3:], "rocksdb_dbs"))
-        wb, cache = settings.rocksdb_write_buffer_mb, settings.rocksdb_block_cache_mb
+        budget = settings.rocksdb_memory_mb
         print(
-            f"rocksdb   {dbs} databases open (tables x partitions); configured bound: memtables"
-            f" {dbs} x 2 x {wb} = {dbs * 2 * wb} MiB, block cache {dbs} x {cache} = {dbs * cache} MiB"
-            " (table readers: index and filter blocks of the SST files, outside the cache)"
+            f"rocksdb   {dbs} databases open (tables x partitions), sharing one budget of"
+            f" {budget} MiB: block cache, index and filter blocks, and memtables (up to"
+            f" {budget // 2} MiB) charged to it; soft, whatever the number of databases"
+            " (table readers outside it: small, the index and filter blocks are inside)"
         )
         lines, by_q = quarter_table(soak)
         for line in lines:

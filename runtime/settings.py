@@ -85,12 +85,12 @@ class Settings(BaseSettings):
     rocksdb_write_buffer_mb: int = Field(
         4,
         ge=1,
-        description="RocksDB memtable size per table partition (two are kept); bounds worker memory with the cache below",
+        description="RocksDB memtable size per table partition (two are kept); all memtables together are held to half of SAGALINE_ROCKSDB_MEMORY_MB, flushed early when they reach it",
     )
-    rocksdb_block_cache_mb: int = Field(
-        8,
-        ge=1,
-        description="RocksDB block cache per table partition; worker memory stays under tables x partitions x (2 x write buffer + cache) plus the heap",
+    rocksdb_memory_mb: int = Field(
+        64,
+        ge=4,
+        description="Memory budget shared by every RocksDB the worker process opens, whatever the number of tables and partitions: one block cache of this size, charged with the memtables (up to half of it) and the index and filter blocks, so what RocksDB holds in memory stays near it (a soft limit: the cache may overshoot briefly, writers are not stalled). Not in it: SST files on disk, the Python heap, memory glibc keeps on its free lists. Give it 1 MiB or more per table partition the worker may open (each open memtable takes a few hundred KiB at least). 64 MiB: 32 for memtables (the 30-minute soak held 12-15 MiB of them with 1 MiB write buffers, at an unchanged rate) and 32 for blocks (the SST files were 13 MiB after 30,000 sagas); BENCHMARKS.md, worker memory",
     )
     worker_web_port: int = Field(
         6066,

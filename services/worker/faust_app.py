@@ -43,12 +43,14 @@ from services.worker.ingest import DebeziumIngest
 from services.worker.memory import open_rocksdbs
 from services.worker.metrics import Metrics
 from services.worker.positions import POSITION_KEY_PREFIX, InputPositions, position_key
+from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite, Table
 
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
+MIB = 1024 * 1024
 
 
 def _idempotent_settings(self: Any) -> dict[str, Any]:
@@ -172,10 +174,12 @@ def create_app(
         broker_heartbeat_interval=settings.session_timeout_s / 4,
     )
     metrics = metrics or Metrics()
-    runners = [_register(app, settings, process, metrics) for process in processes]
+    # One budget for every table partition this process opens (rocksdb_budget).
+    budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None
+    runners = [_register(app, settings, budget, process, metrics) for process in processes]
     consumers: list[Batched] = [*runners]
     if settings.cdc_enabled:
-        consumers.append(_register_ingest(app, settings, metrics))
+        consumers.append(_register_ingest(app, settings, budget, metrics))
     _resume_from_stored_positions(app, consumers, settings.start_without_position)
     _register_deadline_timer(app, settings, runners)
     _register_metrics(app, settings, metrics, runners)
@@ -183,10 +187,14 @@ def create_app(
 
 
 def _register(
-    app: faust.App, settings: Settings, process: Process[Any], metrics: Metrics
+    app: faust.App,
+    settings: Settings,
+    budget: MemoryBudget | None,
+    process: Process[Any],
+    metrics: Metrics,
 ) -> ProcessRunner:
     topic = app.topic(settings.topic(process.name), key_type=bytes, value_type=bytes)
-    table = _table(app, settings, process.name, settings.partitions)
+    table = _table(app, settings, budget, process.name, settings.partitions)
     ports = _Ports(app, settings)
     runner = ProcessRunner(
         process=process,
@@ -208,13 +216,15 @@ def _register(
     return runner
 
 
-def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> DebeziumIngest:
+def _register_ingest(
+    app: faust.App, settings: Settings, budget: MemoryBudget | None, metrics: Metrics
+) -> DebeziumIngest:
     """The Debezium ingest edge (SAGALINE_CDC_ENABLED): one agent over Debezium's four legacy
     topics, its read positions in a table partitioned like them (see
     :mod:`services.worker.ingest`)."""
     names = [*legacy_table_topics(settings), legacy_transaction_topic(settings)]
     topic = app.topic(*names, key_type=bytes, value_type=bytes)
-    table = _table(app, settings, LEGACY_INGEST, settings.cdc_topic_partitions)
+    table = _table(app, settings, budget, LEGACY_INGEST, settings.cdc_topic_partitions)
     ports = _Ports(app, settings)
     ingest = DebeziumIngest(
         name=LEGACY_INGEST,
@@ -233,13 +243,17 @@ def _register_ingest(app: faust.App, settings: Settings, metrics: Metrics) -> De
     return ingest
 
 
-def _table(app: faust.App, settings: Settings, channel: str, partitions: int) -> Any:
+def _table(
+    app: faust.App, settings: Settings, budget: MemoryBudget | None, channel: str, partitions: int
+) -> Any:
+    name = table_name(channel)
     return app.Table(
-        table_name(channel),
+        name,
         partitions=partitions,
         key_type=bytes,
         value_type=bytes,
-        options=_rocksdb_options(settings) if settings.store == "rocksdb" else None,
+        store=store_url(name) if budget is not None else None,
+        options=_rocksdb_options(settings, budget) if budget is not None else None,
     )
 
 
@@ -413,16 +427,15 @@ def _resume_from_stored_positions(
     app.on_partitions_revoked.connect(drop_revoked)
 
 
-def _rocksdb_options(settings: Settings) -> dict[str, int]:
+def _rocksdb_options(settings: Settings, budget: MemoryBudget) -> dict[str, Any]:
     """Faust opens one RocksDB per table partition, by default with 64 MiB memtables (three
     of them) and a 2 GiB cache each: bounds far above a small worker. State lives on disk;
-    these keep what RocksDB holds in memory small and known."""
-    mib = 1024 * 1024
+    every database shares ``budget`` (:mod:`services.worker.rocksdb_budget`), and its own
+    memtables stay small so that one busy partition does not take the whole budget."""
     return {
-        "write_buffer_size": settings.rocksdb_write_buffer_mb * mib,
+        "write_buffer_size": settings.rocksdb_write_buffer_mb * MIB,
         "max_write_buffer_number": 2,
-        "block_cache_size": settings.rocksdb_block_cache_mb * mib,
-        "block_cache_compressed_size": settings.rocksdb_block_cache_mb * mib,
+        BUDGET_OPTION: budget,
     }
 
 

@@ -6,8 +6,9 @@ worker is filling bounded caches (settling) or leaking (BENCHMARKS.md, "Worker m
 a 30-minute soak"). Every number here is cheap to read, with no tracing:
 
 - RocksDB: each open database's own memory properties (rocksdict's ``property_int_value``):
-  memtables, table readers (index and filter blocks held outside the block cache by
-  default) and the block cache, summed over every table partition this worker has open.
+  memtables and table readers (what a table file keeps outside the cache), summed over
+  every table partition this worker has open, and the block cache, which every database
+  shares (:mod:`services.worker.rocksdb_budget`), read once.
 - Python: ``sys.getallocatedblocks()``, the number of live blocks of the object allocator
   (pymalloc's small blocks and the large ones it hands to malloc). A count, not bytes: bytes
   would need tracemalloc, which slows every allocation. A flat count under steady load says
@@ -43,14 +44,24 @@ class PropertyDB(Protocol):
 
 
 def rocksdb_memory(dbs: Iterable[PropertyDB]) -> dict[str, int]:
-    """RocksDB's memory by kind, and its files on disk (``sst_files``), summed over ``dbs``.
-    Each database has its own block cache (Faust makes one per partition), so the sum is
-    what the process holds."""
+    """RocksDB's memory by kind, and its files on disk (``sst_files``), over ``dbs``, which
+    share one block cache (the worker's :class:`~services.worker.rocksdb_budget.MemoryBudget`).
+
+    Memtables, table readers and SST files are each database's own: summed. The cache is
+    one: every database reports the same usage, so it is read once, not once per database.
+    Its usage also holds the memtables, which the write buffer manager charges to it; they
+    are taken out of ``block_cache`` so that the kinds add up to what RocksDB holds (the
+    charge is reserved in 256 KiB steps and still counts memtables being flushed, so a
+    little of them may remain in ``block_cache``)."""
     totals = dict.fromkeys([*ROCKSDB_PROPERTIES, "sst_files"], 0)
-    for db in dbs:
-        for kind, name in ROCKSDB_PROPERTIES.items():
-            totals[kind] += db.property_int_value(name) or 0
+    cache_usage = 0
+    for i, db in enumerate(dbs):
+        if i == 0:
+            cache_usage = db.property_int_value(ROCKSDB_PROPERTIES["block_cache"]) or 0
+        for kind in ("memtables", "table_readers"):
+            totals[kind] += db.property_int_value(ROCKSDB_PROPERTIES[kind]) or 0
         totals["sst_files"] += db.property_int_value(SST_PROPERTY) or 0
+    totals["block_cache"] = max(cache_usage - totals["memtables"], 0)
     return totals
 
 

@@ -1,5 +1,5 @@
-"""The worker's opt-in memory gauges, read from real RocksDB databases opened the way Faust
-opens a table partition (rocksdict, with the worker's own options)."""
+"""The worker's opt-in memory gauges, read from real RocksDB databases opened the way the
+worker's store opens a table partition (rocksdict, the worker's options, one shared budget)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,27 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from faust.stores.rocksdb import RocksDBOptions
+from rocksdict import Rdict
 
 from runtime.settings import Settings
-from services.worker.faust_app import _rocksdb_options
+from services.worker.faust_app import MIB, _rocksdb_options
 from services.worker.memory import malloc_stats, open_rocksdbs, rocksdb_memory
 from services.worker.prometheus import WorkerPrometheus
+from services.worker.rocksdb_budget import BUDGET_OPTION, BudgetedRocksDBOptions, MemoryBudget
 
 pytestmark = pytest.mark.unit
 
 
+def _options(settings: Settings, budget: MemoryBudget) -> BudgetedRocksDBOptions:
+    """What :class:`~services.worker.rocksdb_budget.BudgetedStore` opens a partition with."""
+    options = _rocksdb_options(settings, budget)
+    return BudgetedRocksDBOptions(options.pop(BUDGET_OPTION), **options)
+
+
 def test_rocksdb_memory_is_read_from_every_open_partition(tmp_path: Path) -> None:
-    options = RocksDBOptions(**_rocksdb_options(Settings(rocksdb_write_buffer_mb=1)))
-    dbs = {p: options.open(tmp_path / f"p{p}") for p in range(2)}
+    budget = MemoryBudget(64 * MIB)
+    options = _options(Settings(rocksdb_write_buffer_mb=1), budget)
+    dbs: dict[int, Rdict] = {p: options.open(tmp_path / f"p{p}") for p in range(2)}
     try:
         for db in dbs.values():
             for i in range(2000):
@@ -38,6 +46,10 @@ def test_rocksdb_memory_is_read_from_every_open_partition(tmp_path: Path) -> Non
         assert flushed["block_cache"] > 0  # the reads went through the block cache
         assert flushed["memtables"] < one["memtables"]
 
+        # One cache for both, read once (not twice), less the memtables charged to it.
+        both = rocksdb_memory(dbs.values())
+        assert both["block_cache"] + both["memtables"] == budget.cache.get_usage()
+
         # Faust's store keeps its partitions' databases in ``_dbs``: what the worker reads.
         tables = [SimpleNamespace(data=SimpleNamespace(_dbs=dbs)), SimpleNamespace(data={})]
         assert len(open_rocksdbs(tables)) == 2
@@ -49,7 +61,7 @@ def test_rocksdb_memory_is_read_from_every_open_partition(tmp_path: Path) -> Non
 def test_memory_gauges_appear_only_once_measured(tmp_path: Path) -> None:
     prom = WorkerPrometheus()
     assert prom.registry.get_sample_value("sagaline_worker_python_allocated_blocks") is None
-    db = RocksDBOptions(**_rocksdb_options(Settings())).open(tmp_path / "p0")
+    db = _options(Settings(), MemoryBudget(64 * MIB)).open(tmp_path / "p0")
     try:
         db[b"k"] = b"v" * 1000
         prom.measure_memory([db])
