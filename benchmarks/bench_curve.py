@@ -1,0 +1,118 @@
+"""Latency and worker CPU against the offered rate, for one worker configuration.
+
+    python -m benchmarks.bench_curve [--rates 10,40,80,0] [--seconds 15] [--full-orders 3000]
+        [SAGALINE_SETTING=value ...]
+
+Starts one worker with the given settings (e.g. ``producer_linger_ms=2``,
+``batch_within_ms=1``, ``partitions=4``; names as in runtime/settings.py, without the
+prefix), warms it up with 500 orders, then for each rate sends single-line orders over 200
+products paced at that rate for ``--seconds`` (``0``: ``--full-orders`` all at once, the
+full-load rate) and prints: the sagas/s completed, command-to-outcome p50/p95/p99, and the
+CPU the worker, this driver and the broker used over that step (from /proc, in % of one
+core). What it is for: choosing a setting by measurement (a lever's effect on latency at a
+given rate and on the worker's CPU), and seeing where the worker's one core saturates. Run
+it once per configuration, one after another, on a quiet machine: the rows of two runs
+minutes apart are the comparison (there is no baseline inside one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from benchmarks.bench_sagas import envelope, run_orders
+from benchmarks.common import c_extensions, git_rev, machine, run_settings, summary_ms
+from runtime.topics import INVENTORY, create_topics
+from sagas.contracts.ledger import SetCapacity
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from tests.integration.harness import Worker
+
+PRODUCTS = 200
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (its threads included), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pids(kafka_home: Path) -> list[int]:
+    """The Kafka broker(s) whose command line names this checkout's server.properties."""
+    marker = str(kafka_home / "server.properties")
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline and marker in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+async def main(args: argparse.Namespace) -> None:
+    overrides = dict(item.split("=", 1) for item in args.settings)
+    data, settings = run_settings(
+        "benchcurve", step_timeout_s=120, reservation_ttl_s=600, **overrides
+    )
+    print(f"machine: {machine()}\ncommit: {git_rev()}  settings: {overrides or 'defaults'}")
+    print(f"ext       {c_extensions()}")
+    print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
+    await create_topics(settings)
+    data.mkdir(parents=True, exist_ok=True)
+    worker = Worker(settings, data)
+    worker.start()
+    assert worker.proc is not None
+    pids = {"worker": worker.proc.pid, "driver": os.getpid()}
+    brokers = broker_pids(Path(os.environ.get("SAGALINE_KAFKA_HOME", ".local/kafka")).resolve())
+    bus, tail = CommandBus(settings), EventTail(settings)
+    await bus.start()
+    await tail.start()
+    try:
+        await bus.send_many(
+            [(INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}")) for i in range(PRODUCTS)]
+        )
+        await run_orders(bus, tail, 500, PRODUCTS, None)  # warm-up
+        for rate in args.rates:
+            n = args.full_orders if rate == 0 else max(100, int(rate * args.seconds))
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            broker_before = sum(cpu_seconds(pid) for pid in brokers)
+            started = time.perf_counter()
+            done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None)
+            took = time.perf_counter() - started
+            cpu = {
+                name: 100 * (cpu_seconds(pid) - before[name]) / took for name, pid in pids.items()
+            }
+            broker = 100 * (sum(cpu_seconds(pid) for pid in brokers) - broker_before) / took
+            offered = "full load" if rate == 0 else f"{rate:g}/s"
+            print(
+                f"rate      {offered:>9}: {done:,.0f} sagas/s ({n} orders)  {summary_ms(latencies)}  "
+                f"cpu% worker {cpu['worker']:.0f} driver {cpu['driver']:.0f} broker {broker:.0f}  "
+                f"load {os.getloadavg()[0]:.2f}"
+            )
+    finally:
+        await tail.stop()
+        await bus.stop()
+        worker.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rates",
+        type=lambda text: [float(r) for r in text.split(",")],
+        default=[10.0, 40.0, 80.0, 0.0],
+        help="orders/s, comma-separated; 0 = full load",
+    )
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--full-orders", type=int, default=3000)
+    parser.add_argument("settings", nargs="*", help="setting=value overrides for the worker")
+    asyncio.run(main(parser.parse_args()))
