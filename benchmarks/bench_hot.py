@@ -69,7 +69,7 @@ async def closed_loop(
     # history.
     bounds = [ends[0], *(ends[q * quarter - 1] for q in range(1, 4)), ends[-1]]
     counts = [quarter - 1, quarter, quarter, n - 3 * quarter]
-    quarters = [c / (b - a) for c, a, b in zip(counts, bounds, bounds[1:], strict=True)]
+    quarters = [c / (b - a) for c, a, b in zip(counts, bounds[:-1], bounds[1:], strict=True)]
     return n / (ends[-1] - start), quarters
 
 
