@@ -24,12 +24,16 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_sagas import envelope, run_orders
-from benchmarks.common import c_extensions, git_rev, machine, run_settings, summary_ms
+from benchmarks.common import (
+    c_extensions,
+    git_rev,
+    machine,
+    run_settings,
+    summary_ms,
+    worker_bus_tail,
+)
 from runtime.topics import INVENTORY, create_topics
 from sagas.contracts.ledger import SetCapacity
-from services.bus import CommandBus
-from services.event_tail import EventTail
-from tests.integration.harness import Worker
 
 PRODUCTS = 200
 
@@ -65,16 +69,10 @@ async def main(args: argparse.Namespace) -> None:
     print(f"ext       {c_extensions()}")
     print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
     await create_topics(settings)
-    data.mkdir(parents=True, exist_ok=True)
-    worker = Worker(settings, data)
-    worker.start()
-    assert worker.proc is not None
-    pids = {"worker": worker.proc.pid, "driver": os.getpid()}
-    brokers = broker_pids(Path(os.environ.get("SAGALINE_KAFKA_HOME", ".local/kafka")).resolve())
-    bus, tail = CommandBus(settings), EventTail(settings)
-    await bus.start()
-    await tail.start()
-    try:
+    async with worker_bus_tail(settings, data) as (worker, bus, tail):
+        assert worker.proc is not None
+        pids = {"worker": worker.proc.pid, "driver": os.getpid()}
+        brokers = broker_pids(Path(os.environ.get("SAGALINE_KAFKA_HOME", ".local/kafka")).resolve())
         await bus.send_many(
             [(INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}")) for i in range(PRODUCTS)]
         )
@@ -96,10 +94,6 @@ async def main(args: argparse.Namespace) -> None:
                 f"cpu% worker {cpu['worker']:.0f} driver {cpu['driver']:.0f} broker {broker:.0f}  "
                 f"load {os.getloadavg()[0]:.2f}"
             )
-    finally:
-        await tail.stop()
-        await bus.stop()
-        worker.stop()
 
 
 if __name__ == "__main__":

@@ -28,12 +28,11 @@ import asyncio
 import os
 
 from benchmarks.bench_sagas import envelope, order, run_orders
-from benchmarks.common import c_extensions, git_rev, machine, run_settings
+from benchmarks.common import c_extensions, git_rev, machine, run_settings, worker_bus_tail
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from tests.integration.harness import Worker
 
 HOT = "p0"
 """The hot product: ``order(i, 1)`` orders it."""
@@ -87,13 +86,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"ext       {c_extensions()}")
     print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
     await create_topics(settings)
-    data.mkdir(parents=True, exist_ok=True)
-    worker = Worker(settings, data)
-    worker.start()
-    bus, tail = CommandBus(settings), EventTail(settings)
-    await bus.start()
-    await tail.start()
-    try:
+    async with worker_bus_tail(settings, data) as (_worker, bus, tail):
         await bus.send_many(
             [
                 (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
@@ -117,10 +110,6 @@ async def main(args: argparse.Namespace) -> None:
             f"last/second {h_q[-1] / h_q[1]:.2f})"
         )
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
-    finally:
-        await tail.stop()
-        await bus.stop()
-        worker.stop()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import sagas.contracts  # noqa: F401
-from benchmarks.common import RssSampler, c_extensions, git_rev, machine, run_settings, summary_ms
+from benchmarks.common import (
+    RssSampler,
+    c_extensions,
+    git_rev,
+    machine,
+    run_settings,
+    summary_ms,
+    worker_bus_tail,
+)
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import (
@@ -44,7 +52,6 @@ from sagas.ids import derive_id
 from sagas.messages import Envelope, Message
 from services.bus import CommandBus
 from services.event_tail import EventTail
-from tests.integration.harness import Worker
 
 HOPS = 9  # place -> reserve -> reserved -> authorize -> authorized -> confirm -> confirmed -> capture -> captured
 ENROLLMENT_HOPS = 7
@@ -251,15 +258,9 @@ async def main(args: argparse.Namespace) -> None:
         f"baseline  plain aiokafka relay, {HOPS} hops: {relay_rate:,.0f} chains/s ({relay_rate * HOPS:,.0f} hops/s)"
     )
 
-    data.mkdir(parents=True, exist_ok=True)
-    worker = Worker(settings, data)
-    worker.start()
-    assert worker.proc is not None
-    rss = RssSampler(worker.proc.pid)
-    bus, tail = CommandBus(settings), EventTail(settings)
-    await bus.start()
-    await tail.start()
-    try:
+    async with worker_bus_tail(settings, data) as (worker, bus, tail):
+        assert worker.proc is not None
+        rss = RssSampler(worker.proc.pid)
         await bus.send_many(
             [
                 (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
@@ -306,10 +307,6 @@ async def main(args: argparse.Namespace) -> None:
             )
         print(f"memory    worker {rss.stop()}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
-    finally:
-        await tail.stop()
-        await bus.stop()
-        worker.stop()
 
 
 if __name__ == "__main__":

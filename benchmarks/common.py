@@ -9,6 +9,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import declared_topics
-from tests.integration.harness import free_port
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from tests.integration.harness import Worker, free_port
 
 
 def machine() -> str:
@@ -142,3 +146,22 @@ def run_settings(name: str, **overrides: Any) -> tuple[Path, Settings]:
         **overrides,
     )
     return data, settings
+
+
+@asynccontextmanager
+async def worker_bus_tail(
+    settings: Settings, data: Path
+) -> AsyncIterator[tuple[Worker, CommandBus, EventTail]]:
+    """A worker process on ``data``, with a command bus and an event tail on its topics;
+    all three stopped on the way out, whatever happened inside."""
+    data.mkdir(parents=True, exist_ok=True)
+    worker = Worker(settings, data)
+    bus, tail = CommandBus(settings), EventTail(settings)
+    async with AsyncExitStack() as stack:
+        worker.start()
+        stack.callback(worker.stop)
+        await bus.start()
+        stack.push_async_callback(bus.stop)
+        await tail.start()
+        stack.push_async_callback(tail.stop)
+        yield worker, bus, tail

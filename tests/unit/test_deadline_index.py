@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -101,20 +101,7 @@ async def test_the_rebuild_on_stale_finds_every_deadline_and_decodes_only_those_
 async def test_a_rebuild_lets_other_tasks_run_every_few_hundred_keys() -> None:
     table, _ = await _stored(keys=10 * YIELD_EVERY, reserved=3)
     r = _fresh(table)
-    turns = 0
-
-    async def batches() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    other = asyncio.create_task(batches())
-    await asyncio.sleep(0)
-    before = turns
-    await r.rebuild_deadlines(table.items(), 0.0)
-    during = turns - before
-    other.cancel()
+    during = await _turns_of_other_tasks(r.rebuild_deadlines(table.items(), 0.0))
     assert during >= 9
     assert len(r.deadlines) == 3
 
@@ -227,12 +214,27 @@ async def test_keys_whose_tick_could_not_be_sent_are_due_again() -> None:
 
 async def test_a_rebuild_yields_after_a_few_milliseconds_whatever_its_slice_holds() -> None:
     index = DeadlineIndex()
-    turns = 0
 
     def slow_entries() -> Iterator[tuple[str, datetime | None]]:
         for i in range(20):  # far fewer keys than a slice: each costs as a big decode would
             time.sleep(2 * SLICE_S)
             yield f"k{i}", T0
+
+    completed = False
+
+    async def rebuild() -> None:
+        nonlocal completed
+        completed = await index.rebuild(slow_entries(), 0.0)
+
+    during = await _turns_of_other_tasks(rebuild())
+    assert completed
+    assert during >= 19
+    assert len(index) == 20
+
+
+async def _turns_of_other_tasks(work: Awaitable[object]) -> int:
+    """How many times another task (a stream of batches) ran while ``work`` was awaited."""
+    turns = 0
 
     async def batches() -> None:
         nonlocal turns
@@ -243,8 +245,8 @@ async def test_a_rebuild_yields_after_a_few_milliseconds_whatever_its_slice_hold
     other = asyncio.create_task(batches())
     await asyncio.sleep(0)
     before = turns
-    assert await index.rebuild(slow_entries(), 0.0)
-    during = turns - before
-    other.cancel()
-    assert during >= 19
-    assert len(index) == 20
+    try:
+        await work
+    finally:
+        other.cancel()
+    return turns - before
