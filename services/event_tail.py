@@ -37,6 +37,9 @@ class EventTail:
     """The latest status of every saga of every declared type, by its entity key
     (``enrollment:e-1``); a saga's status events share its partition, so they come in order."""
 
+    keeps_events = True
+    """Keep every event read in :attr:`events` (False: only statuses and outcomes)."""
+
     async def start(self) -> None:
         topic = self.settings.topic(EVENTS)
         self._consumer = AIOKafkaConsumer(
@@ -67,7 +70,8 @@ class EventTail:
                         envelope = Envelope.decode(record.value)
                     except ContractError:
                         continue
-                    self.events.append(envelope)
+                    if self.keeps_events:
+                        self.events.append(envelope)
                     self._note_outcome(envelope, loop.time())
 
     def _note_outcome(self, envelope: Envelope, at: float) -> None:
