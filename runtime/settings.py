@@ -109,7 +109,11 @@ class Settings(BaseSettings):
     batch_size: int = Field(
         200, ge=1, description="Records an agent decides before it sends and stores them together"
     )
-    batch_within_ms: int = Field(5, ge=1, description="Longest wait to fill an agent batch")
+    batch_within_ms: int = Field(
+        0,
+        ge=0,
+        description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
+    )
     deadline_poll_ms: int = Field(
         200, ge=10, description="How often the worker checks for due deadlines"
     )

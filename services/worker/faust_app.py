@@ -38,6 +38,7 @@ from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
+from services.worker.batching import take_queued
 from services.worker.deadlines import DeadlineIndex
 from services.worker.ingest import DebeziumIngest
 from services.worker.memory import open_rocksdbs
@@ -283,10 +284,10 @@ class _Ports:
 
 def _agent(app: faust.App, settings: Settings, topic: Any, name: str, consumer: Batched) -> None:
     """One agent feeding ``consumer`` batches of ``topic``'s records until each is done."""
-    within = settings.batch_within_ms / 1000
+    linger = settings.batch_within_ms / 1000
 
     async def agent(stream: Any) -> None:
-        async for events in stream.take_events(settings.batch_size, within):
+        async for events in take_queued(stream, settings.batch_size, linger):
             batch = [
                 Incoming(
                     topic=e.message.topic,
