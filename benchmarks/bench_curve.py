@@ -1,7 +1,7 @@
 """Latency and worker CPU against the offered rate, for one worker configuration.
 
     python -m benchmarks.bench_curve [--rates 10,40,80,0] [--seconds 15] [--full-orders 3000]
-        [SAGALINE_SETTING=value ...]
+        [--workers 1] [SAGALINE_SETTING=value ...]
 
 Starts one worker with the given settings (e.g. ``producer_linger_ms=2``,
 ``batch_within_ms=1``, ``partitions=4``; names as in runtime/settings.py, without the
@@ -65,13 +65,16 @@ async def main(args: argparse.Namespace) -> None:
     data, settings = run_settings(
         "benchcurve", step_timeout_s=120, reservation_ttl_s=600, **overrides
     )
-    print(f"machine: {machine()}\ncommit: {git_rev()}  settings: {overrides or 'defaults'}")
+    print(
+        f"machine: {machine()}\ncommit: {git_rev()}  settings: {overrides or 'defaults'}"
+        f"  worker processes: {args.workers}"
+    )
     print(f"ext       {c_extensions()}")
     print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
     await create_topics(settings)
-    async with worker_bus_tail(settings, data) as (worker, bus, tail):
-        assert worker.proc is not None
-        pids = {"worker": worker.proc.pid, "driver": os.getpid()}
+    async with worker_bus_tail(settings, data, args.workers) as (workers, bus, tail):
+        worker_pids = [w.proc.pid for w in workers if w.proc is not None]
+        pids = {"driver": os.getpid()}
         brokers = broker_pids(Path(os.environ.get("SAGALINE_KAFKA_HOME", ".local/kafka")).resolve())
         await bus.send_many(
             [(INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}")) for i in range(PRODUCTS)]
@@ -80,6 +83,7 @@ async def main(args: argparse.Namespace) -> None:
         for rate in args.rates:
             n = args.full_orders if rate == 0 else max(100, int(rate * args.seconds))
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            workers_before = [cpu_seconds(pid) for pid in worker_pids]
             broker_before = sum(cpu_seconds(pid) for pid in brokers)
             started = time.perf_counter()
             done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None)
@@ -88,10 +92,15 @@ async def main(args: argparse.Namespace) -> None:
                 name: 100 * (cpu_seconds(pid) - before[name]) / took for name, pid in pids.items()
             }
             broker = 100 * (sum(cpu_seconds(pid) for pid in brokers) - broker_before) / took
+            each = [
+                100 * (cpu_seconds(pid) - was) / took
+                for pid, was in zip(worker_pids, workers_before, strict=True)
+            ]
+            per_worker = f" ({' + '.join(f'{c:.0f}' for c in each)})" if len(each) > 1 else ""
             offered = "full load" if rate == 0 else f"{rate:g}/s"
             print(
                 f"rate      {offered:>9}: {done:,.0f} sagas/s ({n} orders)  {summary_ms(latencies)}  "
-                f"cpu% worker {cpu['worker']:.0f} driver {cpu['driver']:.0f} broker {broker:.0f}  "
+                f"cpu% worker {sum(each):.0f}{per_worker} driver {cpu['driver']:.0f} broker {broker:.0f}  "
                 f"load {os.getloadavg()[0]:.2f}"
             )
 
@@ -108,5 +117,8 @@ if __name__ == "__main__":
     )
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--full-orders", type=int, default=3000)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes in the one consumer group"
+    )
     parser.add_argument("settings", nargs="*", help="setting=value overrides for the worker")
     asyncio.run(main(parser.parse_args()))

@@ -86,7 +86,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"ext       {c_extensions()}")
     print(f"load      1-min load average before: {os.getloadavg()[0]:.2f}")
     await create_topics(settings)
-    async with worker_bus_tail(settings, data) as (_worker, bus, tail):
+    async with worker_bus_tail(settings, data) as (_workers, bus, tail):
         await bus.send_many(
             [
                 (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))

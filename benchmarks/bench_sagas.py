@@ -1,11 +1,12 @@
 """Saga throughput and latency on a real broker, beside a plain aiokafka relay baseline.
 
     python benchmarks/bench_sagas.py [--orders 5000] [--latency-orders 2000]
-        [--enrollments 5000] [--soak-seconds 0]
+        [--enrollments 5000] [--soak-seconds 0] [--workers 1]
 
 Prints: the machine; the baseline relay's rate through 9 hops; order sagas/s at full load;
 command-to-outcome latency p50/p95/p99 at half that load; enrollment sagas/s at full load
-in the same run, beside the order rate; worker RSS over the run. Commands go straight to
+in the same run, beside the order rate; worker RSS over the run. ``--workers N`` runs N
+worker processes in one consumer group (they split the partitions). Commands go straight to
 Kafka through the command bus (the REST API is not measured here).
 """
 
@@ -246,6 +247,7 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
+        f"  worker processes: {args.workers}"
     )
     print(f"ext       {c_extensions()}")
     print(
@@ -258,9 +260,9 @@ async def main(args: argparse.Namespace) -> None:
         f"baseline  plain aiokafka relay, {HOPS} hops: {relay_rate:,.0f} chains/s ({relay_rate * HOPS:,.0f} hops/s)"
     )
 
-    async with worker_bus_tail(settings, data) as (worker, bus, tail):
-        assert worker.proc is not None
-        rss = RssSampler(worker.proc.pid)
+    async with worker_bus_tail(settings, data, args.workers) as (workers, bus, tail):
+        assert workers[0].proc is not None
+        rss = RssSampler(workers[0].proc.pid)
         await bus.send_many(
             [
                 (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
@@ -305,7 +307,8 @@ async def main(args: argparse.Namespace) -> None:
             print(
                 f"soak      {soak} orders over ~{args.soak_seconds} s at {soak_rate:,.0f}/s: {summary_ms(soak_lat)}"
             )
-        print(f"memory    worker {rss.stop()}")
+        which = "worker" if args.workers == 1 else f"first of {args.workers} workers"
+        print(f"memory    {which} {rss.stop()}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
 
 
@@ -318,6 +321,9 @@ if __name__ == "__main__":
     parser.add_argument("--products", type=int, default=200)
     parser.add_argument("--enrollments", type=int, default=5000)
     parser.add_argument("--soak-seconds", type=int, default=0)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes in the one consumer group"
+    )
     parser.add_argument(
         "--soak-rate", type=float, default=0, help="orders/s during the soak (default: half load)"
     )

@@ -150,18 +150,36 @@ def run_settings(name: str, **overrides: Any) -> tuple[Path, Settings]:
 
 @asynccontextmanager
 async def worker_bus_tail(
-    settings: Settings, data: Path
-) -> AsyncIterator[tuple[Worker, CommandBus, EventTail]]:
-    """A worker process on ``data``, with a command bus and an event tail on its topics;
-    all three stopped on the way out, whatever happened inside."""
+    settings: Settings, data: Path, workers: int = 1
+) -> AsyncIterator[tuple[list[Worker], CommandBus, EventTail]]:
+    """``workers`` worker processes on ``data`` (one consumer group splitting the partitions,
+    each with its own data directory and web port), with a command bus and an event tail on
+    their topics; all stopped on the way out, whatever happened inside."""
     data.mkdir(parents=True, exist_ok=True)
-    worker = Worker(settings, data)
+    started: list[Worker] = []
     bus, tail = CommandBus(settings), EventTail(settings)
     async with AsyncExitStack() as stack:
-        worker.start()
-        stack.callback(worker.stop)
+        for n in range(workers):
+            own = settings if n == 0 else _another_worker(settings, n)
+            logs = data if n == 0 else data / f"worker{n}"
+            logs.mkdir(parents=True, exist_ok=True)
+            worker = Worker(own, logs)
+            worker.start()
+            stack.callback(worker.stop)
+            started.append(worker)
         await bus.start()
         stack.push_async_callback(bus.stop)
         await tail.start()
         stack.push_async_callback(tail.stop)
-        yield worker, bus, tail
+        yield started, bus, tail
+
+
+def _another_worker(settings: Settings, n: int) -> Settings:
+    """The settings of the n-th worker process of one group: the same app id and topics,
+    its own data directory (RocksDB) and web port."""
+    return settings.model_copy(
+        update={
+            "data_dir": Path(f"{settings.data_dir}-{n}"),
+            "worker_web_port": free_port(),
+        }
+    )
