@@ -66,21 +66,16 @@ class History:
         return [k for k in self.by_entity if k.startswith(prefix)]
 
     def order_status(self, order_id: str) -> str | None:
-        """The status of the order's last status event (None: no status event)."""
-        status = None
-        for event in self.stream(f"order:{order_id}"):
-            if event.type == "order.StatusChanged":
-                status = event.payload.get("status")
-        return status
+        """The status the order's events put it in last (None: none yet)."""
+        return self.saga_status(f"order:{order_id}")
 
     def saga_status(self, saga_key: str) -> str | None:
-        """The status of the saga's last status event, as its type declares that event
-        (None: none yet)."""
-        event_type = saga_type(saga_key.split(":", 1)[0]).statuses.event.TYPE
+        """The status the saga's events put it in last, as its type declares them: its
+        start fact (its first status) or a status event (None: none yet)."""
+        statuses = saga_type(saga_key.split(":", 1)[0]).statuses
         status = None
         for event in self.stream(saga_key):
-            if event.type == event_type:
-                status = event.payload.get("status")
+            status = statuses.announced(event.type, event.payload) or status
         return status
 
     def is_final(self, order_id: str) -> bool:

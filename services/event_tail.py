@@ -75,9 +75,13 @@ class EventTail:
                     self._note_outcome(envelope, loop.time())
 
     def _note_outcome(self, envelope: Envelope, at: float) -> None:
-        if envelope.type in _STATUS_EVENTS:
-            payload = envelope.payload
-            self.statuses[envelope.key] = Outcome(payload["status"], payload.get("reason"), at)
+        saga = _BY_ENTITY_TYPE.get(envelope.key.partition(":")[0])
+        if saga is not None and envelope.type in _STATUS_EVENTS:
+            status = saga.statuses.announced(envelope.type, envelope.payload)
+            if status is not None:
+                reason = envelope.payload.get("reason")
+                why = reason if isinstance(reason, str) else None
+                self.statuses[envelope.key] = Outcome(status, why, at)
         if envelope.type != OrderStatusChanged.TYPE or envelope.saga_id is None:
             return
         change = OrderStatusChanged.model_validate(envelope.payload)
@@ -112,5 +116,8 @@ class EventTail:
         return [e for e in self.events if e.key == entity_key]
 
 
-_STATUS_EVENTS = frozenset(t.statuses.event.TYPE for t in SAGA_TYPES)
+# Status events and the facts that start a saga (they say its first status by themselves).
+_STATUS_EVENTS = frozenset(
+    m.TYPE for t in SAGA_TYPES for m in (t.statuses.event, t.statuses.start) if m is not None
+)
 _BY_ENTITY_TYPE = {t.entity_type: t for t in SAGA_TYPES}

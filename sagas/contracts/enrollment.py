@@ -330,7 +330,8 @@ class Transfer(Message):
 
 class EnrollmentRequested(Message):
     TYPE = "enrollment.Requested"
-    SUMMARY = Summary("{student_id} asked to enroll in {course_id}")
+    # The saga starts PENDING with this fact (no status event says so): the timeline says it.
+    SUMMARY = Summary("{student_id} asked to enroll in {course_id}; status PENDING")
     student_id: str
     course_id: str
     waitlist: bool

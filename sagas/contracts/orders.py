@@ -55,7 +55,10 @@ class CancelOrder(Message):
 
 class OrderPlaced(Message):
     TYPE = "order.Placed"
-    SUMMARY = Summary("order placed by {customer_id}: {lines:count} line(s), total {total}")
+    # The saga starts PENDING with this fact (no status event says so): the timeline says it.
+    SUMMARY = Summary(
+        "order placed by {customer_id}: {lines:count} line(s), total {total}; status PENDING"
+    )
     customer_id: str
     lines: tuple[OrderLine, ...]
     payment_method: str

@@ -88,6 +88,7 @@ class EnrollmentSaga:
         final=e.FINAL_STATUSES,
         settled=e.SETTLED_STATUSES,
         failed=e.FAILED_STATUSES,
+        start=e.EnrollmentRequested,
     )
     ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
         e.Enroll,
@@ -185,7 +186,8 @@ class EnrollmentSaga:
         return Decision(
             new,
             send=(self._to_course(ctx, cmd.course_id, reserve),),
-            events=(Fact(requested, ctx.key), self._status(new, ctx)),
+            # EnrollmentRequested says it is PENDING (STATUSES.start): no status event for it.
+            events=(Fact(requested, ctx.key),),
             set_deadlines={STEP_DEADLINE: ctx.now + self.step_timeout},
         )
 

@@ -75,6 +75,7 @@ class OrderSaga:
         statuses=get_args(oc.OrderStatus),
         final=oc.FINAL_STATUSES,
         failed=oc.FAILED_STATUSES,
+        start=oc.OrderPlaced,
     )
     ACCEPTS: ClassVar[tuple[type[Message], ...]] = (
         oc.PlaceOrder,
@@ -204,7 +205,8 @@ class OrderSaga:
         return Decision(
             placed,
             send=reserves,
-            events=(Fact(event, ctx.key), Fact(oc.OrderStatusChanged(status="PENDING"), ctx.key)),
+            # OrderPlaced says the order is PENDING (STATUSES.start): no status event for it.
+            events=(Fact(event, ctx.key),),
             set_deadlines={STEP_DEADLINE: ctx.now + self.step_timeout},
         )
 

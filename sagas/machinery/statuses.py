@@ -26,6 +26,10 @@ class SagaStatuses:
     failed: frozenset[str] = frozenset()
     """The final statuses that are failures (the saga compensated or was refused): what the
     console lists as failed sagas, with their reasons."""
+    start: type[Message] | None = None
+    """The fact that starts an instance. It puts the saga in its first status
+    (``statuses[0]``) by itself: no status event follows it to say so (one record per saga
+    fewer; streams written before that carry one, which says the same)."""
 
     def __post_init__(self) -> None:
         if not self.final <= set(self.statuses):
@@ -39,3 +43,17 @@ class SagaStatuses:
         for name in ("status", "reason"):
             if name not in self.event.model_fields:
                 raise ValueError(f"{self.event.__name__} has no {name!r} field")
+
+    @property
+    def initial(self) -> str:
+        """The status an instance is in once its ``start`` fact is written."""
+        return self.statuses[0]
+
+    def announced(self, event_type: str, payload: dict[str, object]) -> str | None:
+        """The status an event of this saga's stream puts it in (None: it changes none)."""
+        if event_type == self.event.TYPE:
+            status = payload.get("status")
+            return status if isinstance(status, str) else None
+        if self.start is not None and event_type == self.start.TYPE:
+            return self.initial
+        return None

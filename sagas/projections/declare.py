@@ -225,3 +225,10 @@ class SagaType:
         self.model.column(self.status_column)
         self.model.column(self.reason_column)
         self.model.column(self.updated_column)
+        start = self.statuses.start
+        if start is not None and start is not self.model.starts:
+            # The row that shows the first status is the one its start fact begins.
+            raise ValueError(
+                f"saga {self.entity_type}: starts with {start.TYPE}, "
+                f"its model {self.model.name} with {self.model.starts.TYPE}"
+            )

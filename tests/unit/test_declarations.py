@@ -79,6 +79,27 @@ def test_saga_statuses_must_know_their_final_ones_and_their_event_must_say_why()
         )
 
 
+@pytest.mark.parametrize("saga", SAGA_TYPES, ids=lambda s: s.entity_type)
+def test_a_saga_s_start_fact_alone_shows_its_first_status(saga: SagaType) -> None:
+    """No status event follows the start fact (one record per saga fewer): its row, the
+    event tail and the fault harness read the first status from the start fact itself."""
+    start = saga.statuses.start
+    assert start is not None and start is saga.model.starts
+    event = _event(sample(start), saga.key("s-1"), 1)
+    row = saga.model.fold(None, event)
+    assert row is not None
+    assert getattr(row, saga.status_column) == saga.statuses.initial == "PENDING"
+    assert saga.statuses.announced(event.type, event.payload) == "PENDING"
+    assert saga.statuses.announced(saga.statuses.event.TYPE, {"status": "X"}) == "X"
+    other = _event(sample(orders.CancelRefused), saga.key("s-1"), 2)
+    assert saga.statuses.announced(other.type, other.payload) is None
+    wrong = SagaStatuses(
+        saga.statuses.event, saga.statuses.statuses, saga.statuses.final, start=orders.CancelRefused
+    )
+    with pytest.raises(ValueError, match=r"starts with order\.CancelRefused, its model"):
+        SagaType(saga.entity_type, wrong, saga.model)
+
+
 def test_failures_and_compensations_are_declared_for_the_console() -> None:
     assert saga_type("order").statuses.failed == {"REJECTED", "CANCELLED"}
     assert saga_type("enrollment").statuses.failed == {"REJECTED"}  # a drop is no failure
@@ -136,7 +157,7 @@ def test_a_summary_renders_fields_counts_and_its_variant() -> None:
     )
     assert orders.OrderPlaced.SUMMARY is not None
     assert orders.OrderPlaced.SUMMARY.render(placed) == (
-        "order placed by c-1: 1 line(s), total 2.50"
+        "order placed by c-1: 1 line(s), total 2.50; status PENDING"
     )
     voided = payment.Voided.SUMMARY
     assert voided is not None

@@ -119,9 +119,11 @@ def test_happy_path_of_a_two_line_order():
     assert {(o.envelope.saga_id, o.envelope.reply_to) for o in out if o.channel == "inventory"} == {
         (ORDER, "order-saga")
     }
-    assert [type(e) for e in events(out)] == [oc.OrderPlaced, oc.OrderStatusChanged]
+    # OrderPlaced alone says the order is PENDING: no status event repeats it
+    assert [type(e) for e in events(out)] == [oc.OrderPlaced]
     assert events(out)[0].total == Decimal("25.50")
-    assert statuses(out) == ["PENDING"]
+    assert SAGA.STATUSES.announced(oc.OrderPlaced.TYPE, {}) == "PENDING"
+    assert saga.state.status == "PENDING"
 
     # when the first line is held, then the saga waits for the other
     out = saga(reserved("p1")).outbound
@@ -157,7 +159,7 @@ def test_happy_path_of_a_two_line_order():
 
 def test_the_order_events_are_numbered_without_gaps():
     saga = saga_in("CONFIRMED")
-    assert saga.record.sequence == 6  # Placed + five status changes
+    assert saga.record.sequence == 5  # Placed (PENDING) + four status changes
 
 
 # --- failures and compensations -----------------------------------------------------------

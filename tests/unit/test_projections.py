@@ -102,6 +102,32 @@ def test_an_unknown_event_type_is_skipped_but_keeps_its_place_in_the_sequence() 
     assert len(folded.timeline) == 2
 
 
+def test_an_order_reads_the_same_with_or_without_a_status_event_for_pending() -> None:
+    # Streams written before OrderPlaced alone said PENDING carry a StatusChanged(PENDING)
+    # right after it; new ones do not. Both give one row, and one timeline but for that step.
+    old = [e for e in golden_events(1, 1) if e.key == "order:o000"]
+    assert [e.type for e in old[:2]] == ["order.Placed", "order.StatusChanged"]
+    assert old[1].message().status == "PENDING"  # type: ignore[attr-defined]
+    new = [
+        e.model_copy(update={"sequence": (e.sequence or 0) - 1 if e.sequence != 1 else 1})
+        for e in (old[0], *old[2:])
+    ]
+    assert [e.sequence for e in new] == list(range(1, len(new) + 1))
+    for upto in range(1, len(new) + 1):
+        before = fold_entity("order", None, old[: upto + 1] if upto > 1 else old[:1]).row
+        after = fold_entity("order", None, new[:upto]).row
+        assert before is not None and after is not None
+        assert after.model_copy(update={"last_sequence": 0}) == before.model_copy(
+            update={"last_sequence": 0}
+        )
+    assert fold_entity("order", None, new[:1]).row.status == "PENDING"  # type: ignore[union-attr]
+    old_steps = [t.summary for t in fold_entity("order", None, old).timeline]
+    new_steps = [t.summary for t in fold_entity("order", None, new).timeline]
+    assert old_steps[1] == "status PENDING"
+    assert new_steps == old_steps[:1] + old_steps[2:]
+    assert new_steps[0].endswith("; status PENDING")
+
+
 def test_a_customer_history_lists_newest_first_and_ties_by_order_id() -> None:
     rows = list(expected_rows(golden_events(30)).orders.values())
     same_time = rows[0].model_copy(update={"order_id": "o999"})
