@@ -9,7 +9,9 @@ prefix), warms it up with 500 orders, then for each rate sends single-line order
 products paced at that rate for ``--seconds`` (``0``: ``--full-orders`` all at once, the
 full-load rate) and prints: the sagas/s completed, command-to-outcome p50/p95/p99, and the
 CPU the worker, this driver and the broker used over that step (from /proc, in % of one
-core). What it is for: choosing a setting by measurement (a lever's effect on latency at a
+core), and per saga process its batches (count x records each) and the share of the
+step's wall time its agent spent deciding, waiting for its outputs' acknowledgements
+(publish) and for its states' (store), from the worker's own counters. What it is for: choosing a setting by measurement (a lever's effect on latency at a
 given rate and on the worker's CPU), and seeing where the worker's one core saturates. Run
 it once per configuration, one after another, on a quiet machine: the rows of two runs
 minutes apart are the comparison (there is no baseline inside one run).
@@ -19,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import time
+import urllib.request
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.bench_sagas import envelope, run_orders
@@ -36,6 +41,37 @@ from runtime.topics import INVENTORY, create_topics
 from sagas.contracts.ledger import SetCapacity
 
 PRODUCTS = 200
+
+
+STAGES = ("decide", "publish", "store")
+"""A batch's stages, as the worker times them: deciding its records (CPU), waiting for its
+outputs' acknowledgements, then for its states' (changelog) acknowledgements."""
+
+
+def worker_counters(ports: list[int]) -> Counter[str]:
+    """The worker processes' own counters (``/sagaline/metrics``), summed."""
+    total: Counter[str] = Counter()
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sagaline/metrics", timeout=5) as r:
+            total.update({k: float(v) for k, v in json.loads(r.read()).items()})
+    return total
+
+
+def stages(before: Counter[str], after: Counter[str], took: float) -> str:
+    """Per process: batches, records per batch, and the share of the step's wall time its
+    agent spent in each stage (the rest it waited for input or for the event loop)."""
+    parts = []
+    for process in sorted({k.split(".", 1)[0] for k in after if k.endswith(".batches")}):
+        batches = after[f"{process}.batches"] - before[f"{process}.batches"]
+        if batches <= 0:
+            continue
+        records = after[f"{process}.records"] - before[f"{process}.records"]
+        shares = " ".join(
+            f"{stage} {100 * (after[f'{process}.{stage}_s'] - before[f'{process}.{stage}_s']) / took:.0f}%"
+            for stage in STAGES
+        )
+        parts.append(f"{process} {batches:.0f}x{records / batches:.1f} ({shares})")
+    return "; ".join(parts)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -74,6 +110,7 @@ async def main(args: argparse.Namespace) -> None:
     await create_topics(settings)
     async with worker_bus_tail(settings, data, args.workers) as (workers, bus, tail):
         worker_pids = [w.proc.pid for w in workers if w.proc is not None]
+        ports = [w.settings.worker_web_port for w in workers]
         pids = {"driver": os.getpid()}
         brokers = broker_pids(Path(os.environ.get("SAGALINE_KAFKA_HOME", ".local/kafka")).resolve())
         await bus.send_many(
@@ -84,6 +121,7 @@ async def main(args: argparse.Namespace) -> None:
             n = args.full_orders if rate == 0 else max(100, int(rate * args.seconds))
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             workers_before = [cpu_seconds(pid) for pid in worker_pids]
+            counters_before = worker_counters(ports)
             broker_before = sum(cpu_seconds(pid) for pid in brokers)
             started = time.perf_counter()
             done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None)
@@ -103,6 +141,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"cpu% worker {sum(each):.0f}{per_worker} driver {cpu['driver']:.0f} broker {broker:.0f}  "
                 f"load {os.getloadavg()[0]:.2f}"
             )
+            print(f"  stages  {stages(counters_before, worker_counters(ports), took)}")
 
 
 if __name__ == "__main__":
