@@ -2,7 +2,7 @@
 
     python benchmarks/bench_projector.py [--orders 8000] [--batch-size 2000] [--sqlite]
 
-Writes golden order sagas (about 12 domain events per order: order, product and payment
+Writes golden order sagas (about 4 domain events per order: order, product and payment
 streams, per-entity sequences, ``cmd-`` causations) to a fresh event topic, then, in one
 run: reads the whole topic with a bare aiokafka consumer (no decoding), and projects it
 with the real projector into a fresh, migrated PostgreSQL database (and optionally SQLite),

@@ -87,7 +87,7 @@ class Shop:
 
 
 def order_history(orders: int, products: int = 50, seed: int = 7, days: int = 3) -> list[Envelope]:
-    """The events of ``orders`` sagas (about 11 per saga), in the order they happened."""
+    """The events of ``orders`` sagas (about 9 per saga), in the order they happened."""
     rng = random.Random(seed)
     shop = Shop(Writer(), rng, {f"p{i}": [0, 0] for i in range(products)})
     for product in shop.stock:
