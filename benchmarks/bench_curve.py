@@ -11,7 +11,8 @@ full-load rate) and prints: the sagas/s completed, command-to-outcome p50/p95/p9
 CPU the worker, this driver and the broker used over that step (from /proc, in % of one
 core), and per saga process its batches (count x records each) and the share of the
 step's wall time its agent spent deciding, waiting for its outputs' acknowledgements
-(publish) and for its states' (store), from the worker's own counters. What it is for: choosing a setting by measurement (a lever's effect on latency at a
+(publish) and for its states' (store), and how long its records were in transit (from
+their producer's send to the batch that took them), from the worker's own counters. What it is for: choosing a setting by measurement (a lever's effect on latency at a
 given rate and on the worker's CPU), and seeing where the worker's one core saturates. Run
 it once per configuration, one after another, on a quiet machine: the rows of two runs
 minutes apart are the comparison (there is no baseline inside one run).
@@ -66,11 +67,14 @@ def stages(before: Counter[str], after: Counter[str], took: float) -> str:
         if batches <= 0:
             continue
         records = after[f"{process}.records"] - before[f"{process}.records"]
+        timed = after[f"{process}.transit_records"] - before[f"{process}.transit_records"]
+        transit = after[f"{process}.transit_s"] - before[f"{process}.transit_s"]
         shares = " ".join(
             f"{stage} {100 * (after[f'{process}.{stage}_s'] - before[f'{process}.{stage}_s']) / took:.0f}%"
             for stage in STAGES
         )
-        parts.append(f"{process} {batches:.0f}x{records / batches:.1f} ({shares})")
+        hop = f", in transit {1000 * transit / timed:.1f} ms/record" if timed else ""
+        parts.append(f"{process} {batches:.0f}x{records / batches:.1f} ({shares}{hop})")
     return "; ".join(parts)
 
 

@@ -295,6 +295,7 @@ def _agent(app: faust.App, settings: Settings, topic: Any, name: str, consumer: 
                     offset=e.message.offset,
                     key=e.key,
                     value=e.value,
+                    timestamp=e.message.timestamp,
                 )
                 for e in events
             ]

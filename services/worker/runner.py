@@ -95,6 +95,8 @@ class Incoming:
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp: float | None = None
+    """When its producer sent it (Kafka's CreateTime, epoch seconds), if known."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,7 @@ class ProcessRunner:
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
         """Process a batch; when it raises, nothing of it was stored and it may be retried."""
+        self._count_transit(batch)
         plan = self.positions.plan(batch, self.monotonic())
         generation = self.states.generation
         fresh: dict[str, Record[Any]] = {}
@@ -294,6 +297,16 @@ class ProcessRunner:
         self.metrics.add_time(name, "decide", decided - started)
         self.metrics.add_time(name, "publish", published - decided)
         self.metrics.add_time(name, "store", time.perf_counter() - published)
+
+    def _count_transit(self, batch: Sequence[Incoming]) -> None:
+        """How long records took from their producer's send to this batch: the broker round
+        trip, the fetch, Faust's delivery and the wait for this agent's previous batch
+        (beside the batch's own stages, it shows where a hop's time goes)."""
+        sent = [r.timestamp for r in batch if r.timestamp is not None]
+        if sent:
+            now = time.time()
+            self.metrics.add_time(self.process.name, "transit", sum(now - t for t in sent))
+            self.metrics.inc(self.process.name, "transit_records", len(sent))
 
     @staticmethod
     def _positions_to_store(plan: Plan, batch: Sequence[Incoming]) -> Positions:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -211,3 +213,14 @@ async def test_a_key_decided_several_times_in_a_batch_is_written_once_with_its_l
         ["o3:p1"],
         ["o1:p1"],
     )
+
+
+async def test_a_batch_counts_how_long_its_records_were_in_transit() -> None:
+    r = runner(FakeKafka(), DictTable())
+    sent = time.time() - 0.5
+    record = dataclasses.replace(incoming(lc.SetCapacity(on_hand=1), "p1", 0), timestamp=sent)
+    untimed = incoming(lc.SetCapacity(on_hand=1), "p2", 1)
+    await r.handle_batch([record, untimed])
+    counters = r.metrics.snapshot()
+    assert counters["inventory.transit_records"] == 1
+    assert 0.5 <= counters["inventory.transit_s"] < 5
