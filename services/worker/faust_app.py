@@ -38,6 +38,7 @@ from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
+from services.worker import delivery
 from services.worker.batching import take_queued
 from services.worker.deadlines import DeadlineIndex
 from services.worker.ingest import DebeziumIngest
@@ -61,6 +62,8 @@ def _idempotent_settings(self: Any) -> dict[str, Any]:
 
 
 faust_aiokafka.Producer._settings_extra = _idempotent_settings  # type: ignore[method-assign]
+# Records reach the agents without four tasks each (services/worker/delivery.py).
+delivery.install()
 
 
 @contextmanager

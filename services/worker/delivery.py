@@ -1,0 +1,61 @@
+"""Faust's hand-over of fetched records to the agents, without four tasks per record.
+
+Faust's consumer (faust-streaming 0.15, ``Consumer._drain_messages``) gives each fetched
+record to the agents' streams with ``await self.wait_first(callback(message),
+self.suspend_flow.wait())``. Per record that creates four tasks (the callback, the flow's
+wait, the consumer's stop and crash waits), waits for the first and cancels the other
+three: two to three turns of the event loop per record. The worker's agents share that
+loop, so under load each record waited for its turn behind their batches. At full load
+records spent 1.2-1.7 s per hop between their producer and the next agent's batch, while
+the agents worked a third of the time and the loop idled (BENCHMARKS.md, "Issue 11,
+fourth step").
+
+:func:`install` makes that one call await the callback directly while the flow is not
+suspended. The callback puts the record into each subscribed stream's buffer. It returns
+without waiting unless a buffer is full (``stream_buffer_maxsize``), and then it waits for
+that stream to take an event, which its agent does in a rebalance too (Faust waits for the
+streams to be empty before it lets partitions go). While the flow is suspended, and for
+every other use of ``wait_first``, Faust's own wait runs unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any
+
+from faust.transport.consumer import Consumer
+from mode.services import WaitResults
+
+_faust_wait_first = Consumer.wait_first
+
+
+async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
+    if (
+        len(coros) == 2
+        and timeout is None
+        and _is_flow_wait(self, coros[1])
+        and not self.suspend_flow.is_set()
+        and isinstance(coros[0], Coroutine)
+    ):
+        coros[1].close()  # never started: nothing to cancel
+        result = await coros[0]
+        return WaitResults([coros[0]], [result], False)
+    return await _faust_wait_first(self, *coros, timeout=timeout)
+
+
+def _is_flow_wait(consumer: Any, waitable: Any) -> bool:
+    """Whether ``waitable`` is a not yet started ``consumer.suspend_flow.wait()``: the
+    drain loop's call, the only one this module changes."""
+    frame = getattr(waitable, "cr_frame", None)
+    suspend_flow = getattr(consumer, "suspend_flow", None)
+    return (
+        frame is not None
+        and suspend_flow is not None
+        and getattr(waitable, "cr_code", None) is getattr(suspend_flow.wait, "__code__", None)
+        and frame.f_locals.get("self") is suspend_flow
+    )
+
+
+def install() -> None:
+    """Patch Faust's consumer class (idempotent; every Faust app of the process)."""
+    Consumer.wait_first = _deliver_first  # type: ignore[method-assign]
