@@ -9,11 +9,12 @@ prefix), warms it up with 500 orders, then for each rate sends single-line order
 products paced at that rate for ``--seconds`` (``0``: ``--full-orders`` all at once, the
 full-load rate) and prints: the sagas/s completed, command-to-outcome p50/p95/p99, and the
 CPU the worker, this driver and the broker used over that step (from /proc, in % of one
-core), and per saga process its batches (count x records each) and the share of the
-step's wall time its agent spent deciding, waiting for its outputs' acknowledgements
-(publish) and for its states' (store), and how long its records were in transit (from
-their producer's send to the batch that took them), from the worker's own counters. What it is for: choosing a setting by measurement (a lever's effect on latency at a
-given rate and on the worker's CPU), and seeing where the worker's one core saturates. Run
+core), and per saga process its batches (count x records each), the share of the step's
+wall time its agent spent deciding, waiting for its outputs' acknowledgements (publish)
+and for its states' (store), and how long its records were in transit (from their
+producer's send to the batch that took them), from the worker's own counters. What it is
+for: choosing a setting by measurement (a lever's effect on latency at a given rate and on
+the worker's CPU), and seeing where the worker's one core saturates. Run
 it once per configuration, one after another, on a quiet machine: the rows of two runs
 minutes apart are the comparison (there is no baseline inside one run).
 """

@@ -30,6 +30,7 @@ _faust_wait_first = Consumer.wait_first
 
 
 async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
+    """``Consumer.wait_first``: the drain loop's hand-over awaited directly, the rest as Faust."""
     if (
         len(coros) == 2
         and timeout is None
