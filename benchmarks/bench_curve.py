@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -38,6 +36,7 @@ from benchmarks.common import (
     run_settings,
     summary_ms,
     worker_bus_tail,
+    worker_counters,
 )
 from runtime.topics import INVENTORY, create_topics
 from sagas.contracts.ledger import SetCapacity
@@ -50,18 +49,10 @@ STAGES = ("decide", "publish", "store")
 outputs' acknowledgements, then for its states' (changelog) acknowledgements."""
 
 
-def worker_counters(ports: list[int]) -> Counter[str]:
-    """The worker processes' own counters (``/sagaline/metrics``), summed."""
-    total: Counter[str] = Counter()
-    for port in ports:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sagaline/metrics", timeout=5) as r:
-            total.update({k: float(v) for k, v in json.loads(r.read()).items()})
-    return total
-
-
 def stages(before: Counter[str], after: Counter[str], took: float) -> str:
     """Per process: batches, records per batch, and the share of the step's wall time its
-    agent spent in each stage (the rest it waited for input or for the event loop)."""
+    agent spent in each stage (the rest it waited for input or for the event loop); then
+    the share the worker spent in Python's garbage collector (summed over workers)."""
     parts = []
     for process in sorted({k.split(".", 1)[0] for k in after if k.endswith(".batches")}):
         batches = after[f"{process}.batches"] - before[f"{process}.batches"]
@@ -76,6 +67,8 @@ def stages(before: Counter[str], after: Counter[str], took: float) -> str:
         )
         hop = f", in transit {1000 * transit / timed:.1f} ms/record" if timed else ""
         parts.append(f"{process} {batches:.0f}x{records / batches:.1f} ({shares}{hop})")
+    collecting = after["gc.seconds"] - before["gc.seconds"]
+    parts.append(f"garbage collector {100 * collecting / took:.0f}%")
     return "; ".join(parts)
 
 

@@ -34,6 +34,7 @@ from benchmarks.common import (
     run_settings,
     summary_ms,
     worker_bus_tail,
+    worker_counters,
 )
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
@@ -251,6 +252,10 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(f"ext       {c_extensions()}")
     print(
+        f"gc        worker threshold {settings.gc_threshold or 'Python default'},"
+        f" freeze {settings.gc_freeze} (SAGALINE_GC_THRESHOLD, SAGALINE_GC_FREEZE)"
+    )
+    print(
         f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
     )
     await create_topics(settings)
@@ -271,9 +276,13 @@ async def main(args: argparse.Namespace) -> None:
         )
         await run_orders(bus, tail, 500, args.products, None)  # warm-up
         counted = await record_counts(settings)
+        ports = [w.settings.worker_web_port for w in workers]
+        gc_before = worker_counters(ports)["gc.seconds"]
         rate, _ = await run_orders(bus, tail, args.orders, args.products, None)
+        collecting = (worker_counters(ports)["gc.seconds"] - gc_before) / (args.orders / rate)
         print(
             f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.2f}x the relay chain"
+            f" (worker in the garbage collector {100 * collecting:.0f}% of the time)"
         )
         await asyncio.sleep(2)  # the last batches' changelog writes follow their outcomes
         after = await record_counts(settings)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -130,6 +133,15 @@ async def delete_topics(settings: Settings) -> None:
         await admin.delete_topics([spec.name for spec in declared_topics(settings)])
     finally:
         await admin.close()
+
+
+def worker_counters(ports: list[int]) -> Counter[str]:
+    """The worker processes' own counters (``/sagaline/metrics``), summed."""
+    total: Counter[str] = Counter()
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sagaline/metrics", timeout=5) as r:
+            total.update({k: float(v) for k, v in json.loads(r.read()).items()})
+    return total
 
 
 def run_settings(name: str, **overrides: Any) -> tuple[Path, Settings]:

@@ -189,6 +189,15 @@ class Settings(BaseSettings):
         gt=0,
         description="After SIGTERM/SIGINT, how long the worker, projector, API and rebuild may take to stop cleanly before they exit anyway (code 75, one line saying what was left undone)",
     )
+    gc_threshold: int = Field(
+        50_000,
+        ge=0,
+        description="Net allocations between two collections of Python's youngest garbage-collector generation, in the worker, projector and API (Python's default is 700, which cost the worker a third of its time at full load; see runtime/gc_tuning.py). 0 keeps Python's",
+    )
+    gc_freeze: bool = Field(
+        True,
+        description="Move what start-up built into a generation the garbage collector never walks again (gc.freeze), so full collections walk only what came after",
+    )
     api_max_body_bytes: int = Field(
         65536,
         ge=1,

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
+from runtime import gc_tuning
 from runtime.settings import get_settings
 from services import logsafe
 
@@ -92,6 +93,7 @@ def worker() -> None:
     except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
     app, _ = create_app(settings, build_processes(settings))
+    gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
     faust_worker = BoundedWorker(
         app,
@@ -112,9 +114,11 @@ def api() -> None:
     _logging()
     own_logging = settings.log_format == "json"
     if settings.api_workers > 1:
-        serve_workers(settings, own_logging)
+        serve_workers(settings, own_logging)  # each process tunes its own collector
     else:
-        serve(create_api(settings), settings, own_logging)
+        app = create_api(settings)
+        gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
+        serve(app, settings, own_logging)
 
 
 @main.command()
@@ -123,8 +127,10 @@ def projector() -> None:
     from services.projector.runner import ProjectorError, serve
 
     _logging()
+    settings = get_settings()
+    gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
     try:
-        asyncio.run(serve(get_settings()))
+        asyncio.run(serve(settings))
     except ProjectorError as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
 

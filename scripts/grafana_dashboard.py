@@ -236,6 +236,46 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
             ],
         ),
         (
+            "Python processes",
+            [
+                _panel(
+                    "Time in the garbage collector, by process",
+                    [
+                        (
+                            f"sum by (job, instance) (rate(sagaline_gc_seconds_total{RATE}))",
+                            "{{job}} {{instance}}",
+                        )
+                    ],
+                    unit="percentunit",
+                    width=12,
+                    description="Share of wall time each process spent collecting garbage; "
+                    "more than a few percent: raise SAGALINE_GC_THRESHOLD.",
+                ),
+                _panel(
+                    "Collections /s, by generation",
+                    [
+                        (
+                            f"sum by (job, generation) (rate(sagaline_gc_collections_total{RATE}))",
+                            "{{job}} gen {{generation}}",
+                        )
+                    ],
+                    unit="ops",
+                    width=6,
+                ),
+                _panel(
+                    "Collector settings in effect",
+                    [
+                        ("max by (job) (sagaline_gc_threshold)", "{{job}} threshold"),
+                        ("max by (job) (sagaline_gc_frozen_objects)", "{{job}} frozen objects"),
+                    ],
+                    kind="stat",
+                    width=6,
+                    description="SAGALINE_GC_THRESHOLD, and the objects SAGALINE_GC_FREEZE "
+                    "left out of every collection.",
+                ),
+            ],
+        ),
+        (
             "Last rebuild (Spark)",
             [
                 _panel(

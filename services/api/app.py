@@ -106,11 +106,14 @@ def create_api(
 def create_api_from_environment() -> FastAPI:
     """The API of the environment's settings: what each process of SAGALINE_API_WORKERS > 1
     runs (uvicorn's spawned workers import it by name)."""
+    from runtime import gc_tuning
     from runtime.logformat import configure
 
     settings = get_settings()
     configure(settings.log_level, settings.log_format)
-    return create_api(settings)
+    api = create_api(settings)
+    gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
+    return api
 
 
 def _telemetry(enabled: bool) -> TelemetryConfig:

@@ -20,6 +20,8 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runtime.gc_tuning import GcCollector
+
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """A client may send any method name: others are counted as ``other``."""
@@ -29,6 +31,7 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 class ApiPrometheus:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.registry.register(GcCollector())
         self.requests = Counter(
             "sagaline_api_requests",
             "HTTP requests by route template, method and status",

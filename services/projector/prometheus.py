@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from readside.queries import RebuildHistory
+from runtime.gc_tuning import GcCollector
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ class ProjectorPrometheus:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        r.register(GcCollector())
         self.events = Counter(
             "sagaline_projector_events",
             "Domain events by result: applied, duplicate (skipped by sequence), dead_lettered "

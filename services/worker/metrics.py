@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from runtime.gc_tuning import CLOCK
 from services.worker.prometheus import WorkerPrometheus
 
 
@@ -25,4 +26,5 @@ class Metrics:
     def snapshot(self) -> dict[str, float]:
         merged: dict[str, float] = {**self.counts}
         merged.update({k: round(v, 3) for k, v in self.seconds.items()})
+        merged.update(CLOCK.snapshot())
         return dict(sorted(merged.items()))

@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from runtime.gc_tuning import GcCollector
 from sagas.catalog import SAGA_TYPES, saga_type_of
 from sagas.contracts.system import Tick
 from sagas.machinery.record import Record
@@ -75,6 +76,7 @@ class WorkerPrometheus:
             ["topic", "partition"],
             registry=r,
         )
+        r.register(GcCollector())
         for saga in SAGA_TYPES:  # every series exists from the start, at zero
             self.sagas_started.labels(saga.entity_type)
             for outcome in sorted(saga.statuses.final):

@@ -158,6 +158,10 @@ async def _check(stack: Stack, settings: Settings) -> None:
     lag = {ls for (n, ls) in worker if n == "sagaline_worker_lag_records"}
     # every partition of every process topic
     assert len(lag) == settings.partitions * len(PROCESS_CHANNELS)
+    # The garbage collector as the worker command set it (runtime/gc_tuning.py).
+    assert value(worker, "sagaline_gc_threshold") == settings.gc_threshold != 700
+    assert value(worker, "sagaline_gc_frozen_objects") > 10_000
+    assert ("sagaline_gc_seconds_total", frozenset({("generation", "2")})) in worker
 
     events = len(await read_all(settings, EVENTS))
     projector = await scrape_until(
@@ -171,6 +175,8 @@ async def _check(stack: Stack, settings: Settings) -> None:
     lagged = [ls for (n, ls) in projector if n == "sagaline_projector_lag_records"]
     assert len(lagged) == settings.partitions
     assert value(projector, "sagaline_projector_held_events") == 0
+    assert value(projector, "sagaline_gc_threshold") == settings.gc_threshold
+    assert value(projector, "sagaline_gc_frozen_objects") > 10_000
 
     refused = await stack.http.post("/orders", json={}, headers={"Authorization": "Bearer no"})
     assert refused.status_code == 401
