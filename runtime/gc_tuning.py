@@ -1,9 +1,9 @@
 """Python's cyclic garbage collector, set for processes that allocate many short-lived objects.
 
-Why: at full load the saga worker spent 30-35% of its wall time in the collector
+Why: at full load the saga worker spent a quarter to a third of its wall time in the collector
 (BENCHMARKS.md, "Issue 11, fifth step"; a py-spy profile shows it as self time of whatever
 allocated last, mostly pydantic's ``BaseModel.__init__``). Python collects its youngest
-generation every 700 net allocations of container objects, about 130 times a second there,
+generation every 700 net allocations of container objects, about 120 times a second there,
 and every tenth of those the middle one; now and then a full collection walks every object
 the process holds (~350,000: Faust, aiokafka, the decoded-state cache, the seen windows),
 100 ms or more each. Almost all a batch allocates (envelopes, states, dicts) is freed by

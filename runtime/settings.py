@@ -192,7 +192,7 @@ class Settings(BaseSettings):
     gc_threshold: int = Field(
         50_000,
         ge=0,
-        description="Net allocations between two collections of Python's youngest garbage-collector generation, in the worker, projector and API (Python's default is 700, which cost the worker a third of its time at full load; see runtime/gc_tuning.py). 0 keeps Python's",
+        description="Net allocations between two collections of Python's youngest garbage-collector generation, in the worker, projector and API (Python's default is 700, which cost the worker a quarter of its time at full load; see runtime/gc_tuning.py). 0 keeps Python's",
     )
     gc_freeze: bool = Field(
         True,
