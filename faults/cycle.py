@@ -22,8 +22,8 @@ from faults.stack import Stack, create_database, cycle_api_key, cycle_settings, 
 from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
 from readside import codec, queries, schema
 from readside.engine import create_read_engine
-from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, PROCESS_CHANNELS, changelog_topic
-from sagas.catalog import READ_MODELS
+from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, changelog_topic
+from sagas.catalog import READ_MODELS, running_channels
 from sagas.messages import ContractError, Envelope
 from sagas.projections.orders import ORDERS
 from sagas.projections.stock import PRODUCT_STOCK
@@ -309,8 +309,9 @@ class Cycle:
         bootstrap = settings.kafka_bootstrap
         events_topic = settings.topic(EVENTS)
         skip = {(p.partition, p.offset) for p in injector.poisons if p.topic == events_topic}
-        command_topics = [settings.topic(c) for c in PROCESS_CHANNELS]
-        changelogs = [changelog_topic(settings, c) for c in PROCESS_CHANNELS]
+        channels = running_channels(settings.cdc_enabled)
+        command_topics = [settings.topic(c) for c in channels]
+        changelogs = [changelog_topic(settings, c) for c in channels]
         # Settle: compensations follow a final status, the projector follows the topic,
         # poison written late in the load still has to reach an agent, and the worker's
         # group should commit up to the end of its topics.

@@ -25,7 +25,9 @@ from faults.procs import ABORT, Broker, Service
 from faults.procs import pause as pause_unless_aborted
 from faults.stack import SESSION_TIMEOUT_S, Stack
 from faults.stores import Mismatch, recovery_mismatches
-from runtime.topics import PROCESS_CHANNELS, table_name
+from runtime.settings import Settings
+from runtime.topics import table_name
+from sagas.catalog import running_channels
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
 
@@ -175,7 +177,7 @@ class Injector:
         if not dirs:
             return "no table store yet"
         try:
-            found = asyncio.run(_all_mismatches(settings.kafka_bootstrap, dirs[0], settings.app_id))
+            found = asyncio.run(_all_mismatches(settings, dirs[0]))
         except Exception as exc:  # the harness must go on; the check could not run
             return f"store check failed to run ({type(exc).__name__}: {exc})"
         self.store_mismatches.extend(str(m) for m in found)
@@ -234,8 +236,11 @@ class Injector:
                 await asyncio.wait_for(stop.wait(), 1.0)
 
 
-async def _all_mismatches(bootstrap: str, tables_dir: Path, app_id: str) -> list[Mismatch]:
+async def _all_mismatches(settings: Settings, tables_dir: Path) -> list[Mismatch]:
+    """Every table of a process the worker runs (the others have no store to compare)."""
     found: list[Mismatch] = []
-    for channel in PROCESS_CHANNELS:
-        found += await recovery_mismatches(bootstrap, tables_dir, app_id, table_name(channel))
+    for channel in running_channels(settings.cdc_enabled):
+        found += await recovery_mismatches(
+            settings.kafka_bootstrap, tables_dir, settings.app_id, table_name(channel)
+        )
     return found

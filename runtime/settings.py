@@ -347,7 +347,7 @@ class Settings(BaseSettings):
     )
     cdc_enabled: bool = Field(
         False,
-        description="Run the CDC ingest edge in the worker: read Debezium's legacy topics (SAGALINE_CDC_TOPIC_PREFIX), decode and re-key each change for the correlator; `make run` turns it on. The topics must exist (Kafka Connect creates them: deploy/local/connect.sh start)",
+        description="Run the CDC ingest edge and the correlator in the worker: read Debezium's legacy topics (SAGALINE_CDC_TOPIC_PREFIX), decode and re-key each change for the correlator's processes (legacy-tx, legacy-actions, legacy-domain; off, they do not run and their topics are not read); `make run` turns it on. The topics must exist (Kafka Connect creates them: deploy/local/connect.sh start)",
     )
     cdc_topic_prefix: str = Field(
         "legacy",
@@ -360,7 +360,7 @@ class Settings(BaseSettings):
     )
     cdc_drives_enrollment: bool = Field(
         False,
-        description="A legacy enrollment starts an enrollment saga (after upserting the course's capacity and the student's max credits from their rows) and a legacy drop drops it, so rosters and seat limits see legacy enrollments; `make run` turns it on",
+        description="A legacy enrollment starts an enrollment saga (after upserting the course's capacity and the student's max credits from their rows) and a legacy drop drops it, so rosters and seat limits see legacy enrollments; needs SAGALINE_CDC_ENABLED; `make run` turns it on",
     )
 
     @model_validator(mode="after")
@@ -384,6 +384,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 "the database password is given twice: in SAGALINE_DATABASE_URL and in "
                 "SAGALINE_DATABASE_PASSWORD_FILE; keep one"
+            )
+        if self.cdc_drives_enrollment and not self.cdc_enabled:
+            # Without CDC the correlator does not run: nothing would drive the enrollments,
+            # and a setting that silently does nothing is worse than a refusal.
+            raise ValueError(
+                "SAGALINE_CDC_DRIVES_ENROLLMENT needs SAGALINE_CDC_ENABLED=true: the CDC "
+                "correlator that sends legacy enrollments on runs only with CDC"
             )
         return self
 

@@ -11,6 +11,7 @@ here too, from the saga core's declarations: the AsyncAPI document
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,13 +257,15 @@ class TopicMismatch(RuntimeError):
     """A declared topic is missing or has another partition count than declared."""
 
 
-async def create_topics(settings: Settings) -> list[str]:
-    """Create every declared topic that does not exist yet; returns the names created.
-    Raises :class:`TopicMismatch` naming each topic the broker refused to create."""
+async def create_topics(settings: Settings, specs: Sequence[TopicSpec] | None = None) -> list[str]:
+    """Create every declared topic (or every one of ``specs``) that does not exist yet;
+    returns the names created. Raises :class:`TopicMismatch` naming each topic the broker
+    refused to create."""
     admin = await _started_admin(settings)
     try:
         existing = set(await admin.list_topics())
-        missing = [s for s in declared_topics(settings) if s.name not in existing]
+        wanted = declared_topics(settings) if specs is None else specs
+        missing = [s for s in wanted if s.name not in existing]
         if missing:
             response = await admin.create_topics(
                 [

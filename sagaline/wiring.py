@@ -14,6 +14,7 @@ from sagas.catalog import (
     LEGACY_DOMAIN,
     LEGACY_TX,
     STUDENT,
+    running_channels,
 )
 from sagas.definitions.enrollment_saga import EnrollmentSaga
 from sagas.definitions.legacy_actions import ActionCorrelator
@@ -28,7 +29,13 @@ from sagas.participants.student import StudentCredits
 
 
 def build_processes(settings: Settings) -> list[Process[Any]]:
-    """Every process the worker runs."""
+    """Every process the worker runs: the legacy CDC correlator's only with
+    SAGALINE_CDC_ENABLED (``sagas.catalog.running_channels``)."""
+    running = set(running_channels(settings.cdc_enabled))
+    return [p for p in _every_process(settings) if p.name in running]
+
+
+def _every_process(settings: Settings) -> list[Process[Any]]:
     # The legacy CDC correlator's last stage also sends its business events into the
     # enrollment domain when told to (None: published only as events).
     domain_channel = LEGACY_DOMAIN if settings.cdc_drives_enrollment else None
@@ -62,8 +69,8 @@ def build_processes(settings: Settings) -> list[Process[Any]]:
         CourseSeats(name=COURSE, retention=retention),
         StudentCredits(name=STUDENT, retention=retention),
         *build_legacy_correlator(settings, domain_channel=domain_channel),
-        # Always runs (idle without CDC input): only with SAGALINE_CDC_DRIVES_ENROLLMENT does
-        # the correlator's last stage send it the business events.
+        # Runs with CDC (idle unless SAGALINE_CDC_DRIVES_ENROLLMENT: only then does the
+        # correlator's last stage send it the business events).
         LegacyDomain(
             name=LEGACY_DOMAIN, enrollments=ENROLLMENT_SAGA, courses=COURSE, students=STUDENT
         ),

@@ -49,6 +49,11 @@ class ProcessChannel:
 
     name: str
     definition: type[Process[Any]]
+    cdc: bool = False
+    """Fed only by the worker's Debezium ingest edge (through the correlator's stages): the
+    worker runs it only with SAGALINE_CDC_ENABLED. Without CDC its topic stays empty, and a
+    consumer of its partitions would cost every fetch of the worker's consumer for nothing
+    (5-8 points of a core below full load, BENCHMARKS.md "Issue 11, sixth step")."""
 
     @property
     def accepts(self) -> tuple[type[Message], ...]:
@@ -70,13 +75,20 @@ CHANNELS: tuple[ProcessChannel, ...] = (
     ProcessChannel(ENROLLMENT_SAGA, EnrollmentSaga),
     ProcessChannel(COURSE, CourseSeats),
     ProcessChannel(STUDENT, StudentCredits),
-    ProcessChannel(LEGACY_TX, LegacyCorrelator),
-    ProcessChannel(LEGACY_ACTIONS, ActionCorrelator),
-    ProcessChannel(LEGACY_DOMAIN, LegacyDomain),
+    ProcessChannel(LEGACY_TX, LegacyCorrelator, cdc=True),
+    ProcessChannel(LEGACY_ACTIONS, ActionCorrelator, cdc=True),
+    ProcessChannel(LEGACY_DOMAIN, LegacyDomain, cdc=True),
 )
 PROCESS_CHANNELS: tuple[str, ...] = tuple(c.name for c in CHANNELS)
 """The channel (topic and table) of every saga and participant process; the wiring
 (``sagaline/wiring.py``) gives each process its name from here."""
+
+
+def running_channels(cdc_enabled: bool) -> tuple[str, ...]:
+    """The channels whose process the worker runs (SAGALINE_CDC_ENABLED: ``cdc_enabled``).
+    Every channel's topic and changelog are declared either way (``sagaline topics create``
+    runs before a worker is told to read Debezium)."""
+    return tuple(c.name for c in CHANNELS if cdc_enabled or not c.cdc)
 
 
 def channel(name: str) -> ProcessChannel | None:

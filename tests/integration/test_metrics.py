@@ -22,7 +22,7 @@ from sqlalchemy import Engine, text
 from runtime.settings import Settings
 from runtime.topics import EVENTS, ORDER_SAGA
 from sagaline.wiring import build_processes
-from sagas.catalog import PROCESS_CHANNELS
+from sagas.catalog import running_channels
 from tests.integration.harness import (
     Stack,
     isolated_settings,
@@ -156,8 +156,8 @@ async def _check(stack: Stack, settings: Settings) -> None:
     assert value(worker, records, process=ORDER_SAGA, result="processed") >= 3
     assert value(worker, "sagaline_worker_deadlines_fired_total", process=ORDER_SAGA) == 1
     lag = {ls for (n, ls) in worker if n == "sagaline_worker_lag_records"}
-    # every partition of every process topic
-    assert len(lag) == settings.partitions * len(PROCESS_CHANNELS)
+    # every partition of every process topic the worker reads (CDC off: not the correlator's)
+    assert len(lag) == settings.partitions * len(running_channels(settings.cdc_enabled)) == 24
     # The garbage collector as the worker command set it (runtime/gc_tuning.py).
     assert value(worker, "sagaline_gc_threshold") == settings.gc_threshold != 700
     assert value(worker, "sagaline_gc_frozen_objects") > 10_000

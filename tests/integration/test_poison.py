@@ -4,9 +4,11 @@ Every kind of hostile record (not UTF-8, not JSON, ``[`` x 100,000, a wrong shap
 unknown type, a future schema version, no value, no key, another key than the envelope's,
 one at the broker's maximum size) goes to every process command topic (iterated from
 ``PROCESS_CHANNELS``, so a topic added later is covered) and to the event topic, all in one
-batch. Each must come out on the dead-letter topic with its reason and its source topic,
-partition and offset, the counters must rise, and afterwards an order placed through the
-API must complete and show in the read model the projector (a real process) keeps.
+batch. The worker runs with CDC on, so the correlator's channels have their processes
+(Debezium's topics, which Kafka Connect would create, are created empty here). Each must
+come out on the dead-letter topic with its reason and its source topic, partition and
+offset, the counters must rise, and afterwards an order placed through the API must
+complete and show in the read model the projector (a real process) keeps.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from sqlalchemy import Engine
 
 from readside import queries, store
-from runtime.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
+from runtime.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS, create_topics, external_topics
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import SCHEMA_VERSION, Envelope
@@ -191,7 +193,10 @@ async def _send_all(stack: Stack) -> dict[str, list[Sent]]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     tmp = tmp_path_factory.mktemp("poison")
-    async with running_stack(isolated_settings(tmp), tmp) as stack:
+    settings = isolated_settings(tmp, cdc_enabled=True)
+    settings = settings.model_copy(update={"cdc_topic_prefix": f"{settings.topic_prefix}-legacy"})
+    await create_topics(settings, external_topics(settings))
+    async with running_stack(settings, tmp) as stack:
         with fresh_database("postgresql", tmp) as url, read_engine(url) as engine:
             projector = ProjectorProcess(
                 stack.settings.model_copy(update={"database_url": url}), Path(tmp)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from faults.stores import recovery_mismatches
-from runtime.topics import PROCESS_CHANNELS, table_name
+from runtime.topics import table_name
+from sagas.catalog import running_channels
 from tests.integration.harness import Stack, isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration]
@@ -57,7 +58,7 @@ async def _kill_and_check(stack: Stack, load: asyncio.Task[list[str]]) -> None:
         await asyncio.sleep(rnd.uniform(0.0, 0.5))  # mid-batch, somewhere
         await asyncio.to_thread(stack.worker.kill)
         [tables_dir] = settings.data_dir.glob("v*/tables")
-        for channel in PROCESS_CHANNELS:
+        for channel in running_channels(settings.cdc_enabled):
             found = await recovery_mismatches(
                 settings.kafka_bootstrap, tables_dir, settings.app_id, table_name(channel)
             )

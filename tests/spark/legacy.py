@@ -32,7 +32,9 @@ WINDOW = timedelta(seconds=10)
 def legacy_history(schemas: bool = False) -> list[Envelope]:
     """The events the worker publishes for the captured legacy actions, in order."""
     # The processes as the worker builds them (every stage of the correlator included).
-    settings = Settings(cdc_drives_enrollment=True, cdc_window_s=WINDOW.total_seconds())
+    settings = Settings(
+        cdc_enabled=True, cdc_drives_enrollment=True, cdc_window_s=WINDOW.total_seconds()
+    )
     bus = Bus.of(*build_processes(settings))
     path = FIXTURES / f"schemas-{'true' if schemas else 'false'}.jsonl"
     now = T0
