@@ -30,6 +30,7 @@ from pathlib import Path
 
 from benchmarks.bench_sagas import envelope, run_orders
 from benchmarks.common import (
+    StallWatch,
     c_extensions,
     git_rev,
     machine,
@@ -115,6 +116,8 @@ async def main(args: argparse.Namespace) -> None:
             [(INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}")) for i in range(PRODUCTS)]
         )
         await run_orders(bus, tail, 500, PRODUCTS, None)  # warm-up
+        watch = StallWatch()
+        watch.start()
         for rate in args.rates:
             n = args.full_orders if rate == 0 else max(100, int(rate * args.seconds))
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -122,7 +125,7 @@ async def main(args: argparse.Namespace) -> None:
             counters_before = worker_counters(ports)
             broker_before = sum(cpu_seconds(pid) for pid in brokers)
             started = time.perf_counter()
-            done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None)
+            done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None, watch)
             took = time.perf_counter() - started
             cpu = {
                 name: 100 * (cpu_seconds(pid) - before[name]) / took for name, pid in pids.items()
@@ -140,6 +143,8 @@ async def main(args: argparse.Namespace) -> None:
                 f"load {os.getloadavg()[0]:.2f}"
             )
             print(f"  stages  {stages(counters_before, worker_counters(ports), took)}")
+            print(f"  {watch.summary()}")
+        await watch.stop()
 
 
 if __name__ == "__main__":

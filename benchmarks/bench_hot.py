@@ -28,7 +28,14 @@ import asyncio
 import os
 
 from benchmarks.bench_sagas import envelope, order, run_orders
-from benchmarks.common import c_extensions, git_rev, machine, run_settings, worker_bus_tail
+from benchmarks.common import (
+    c_extensions,
+    driver_collector_paused,
+    git_rev,
+    machine,
+    run_settings,
+    worker_bus_tail,
+)
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
@@ -95,14 +102,16 @@ async def main(args: argparse.Namespace) -> None:
         )
         await run_orders(bus, tail, 300, args.products, None)  # warm-up
         loop_args = (bus, tail)
-        spread, s_q = await closed_loop(
-            *loop_args, args.spread_orders, args.products, args.in_flight
-        )
+        with driver_collector_paused():
+            spread, s_q = await closed_loop(
+                *loop_args, args.spread_orders, args.products, args.in_flight
+            )
         print(
             f"spread    {args.spread_orders} single-line orders over {args.products} products, "
             f"{args.in_flight} in flight: {spread:,.0f} sagas/s (quarters {per_quarter(s_q)}/s)"
         )
-        hot, h_q = await closed_loop(*loop_args, args.hot_orders, 1, args.in_flight)
+        with driver_collector_paused():
+            hot, h_q = await closed_loop(*loop_args, args.hot_orders, 1, args.in_flight)
         print(
             f"hot       {args.hot_orders} orders for one product, {args.in_flight} in flight: "
             f"{hot:,.0f} sagas/s = {hot / spread:.2f}x the spread rate; quarters "

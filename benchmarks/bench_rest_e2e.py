@@ -27,7 +27,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 import sagas.contracts  # noqa: F401
 from benchmarks.apirun import ApiProcess, ensure_wrk, lscpu_model, run_wrk
 from benchmarks.bench_sagas import envelope, run_orders
-from benchmarks.common import RssSampler, delete_topics, git_rev, machine
+from benchmarks.common import (
+    RssSampler,
+    delete_topics,
+    driver_collector_paused,
+    git_rev,
+    machine,
+)
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, create_topics
@@ -137,7 +143,8 @@ async def main(args: argparse.Namespace) -> None:
                         f"  round {round_ + 1} direct to Kafka: {rate:,.0f} sagas/s  load {load()}"
                     )
                     continue
-                rate, n, line = await rest_orders(api, key, tail, args.orders, args.products)
+                with driver_collector_paused():  # as run_orders does for the direct side
+                    rate, n, line = await rest_orders(api, key, tail, args.orders, args.products)
                 rest.append(rate)
                 print(
                     f"  round {round_ + 1} REST via wrk:    {rate:,.0f} sagas/s ({n} orders)  "

@@ -28,7 +28,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 import sagas.contracts  # noqa: F401
 from benchmarks.common import (
     RssSampler,
+    StallWatch,
     c_extensions,
+    driver_collector_paused,
     git_rev,
     machine,
     run_settings,
@@ -119,19 +121,26 @@ async def baseline(settings: Settings, n: int) -> float:
     await producer.start()
     try:
         await asyncio.sleep(3)  # let the relay join its group
-        start = time.monotonic()
-        futures = [await producer.send(topic, b"0|x" * 40, key=str(i).encode()) for i in range(n)]
-        await asyncio.gather(*futures)
-        seen = 0
-        while seen < n:
-            batch = await consumer.getmany(timeout_ms=500)
-            seen += sum(len(r) for r in batch.values())
-        return n / (time.monotonic() - start)
+        with driver_collector_paused():
+            return await _relay_rate(producer, consumer, topic, n)
     finally:
         proc.terminate()
         proc.wait()
         await consumer.stop()
         await producer.stop()
+
+
+async def _relay_rate(
+    producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, topic: str, n: int
+) -> float:
+    start = time.monotonic()
+    futures = [await producer.send(topic, b"0|x" * 40, key=str(i).encode()) for i in range(n)]
+    await asyncio.gather(*futures)
+    seen = 0
+    while seen < n:
+        batch = await consumer.getmany(timeout_ms=500)
+        seen += sum(len(r) for r in batch.values())
+    return n / (time.monotonic() - start)
 
 
 async def record_counts(settings: Settings) -> dict[str, int]:
@@ -165,9 +174,24 @@ async def record_counts(settings: Settings) -> dict[str, int]:
 
 
 async def run_orders(
+    bus: CommandBus,
+    tail: EventTail,
+    n: int,
+    products: int,
+    rate: float | None,
+    watch: StallWatch | None = None,
+) -> tuple[float, list[float]]:
+    """Send ``n`` orders (paced at ``rate``/s if given); returns sagas/s and latencies. The
+    driver's own collector is paused meanwhile, ``watch`` (if given) reset at the start."""
+    if watch is not None:
+        watch.reset()
+    with driver_collector_paused():
+        return await _run_orders(bus, tail, n, products, rate)
+
+
+async def _run_orders(
     bus: CommandBus, tail: EventTail, n: int, products: int, rate: float | None
 ) -> tuple[float, list[float]]:
-    """Send ``n`` orders (paced at ``rate``/s if given); returns sagas/s and latencies."""
     loop = asyncio.get_running_loop()
     sent_at: dict[str, float] = {}
     start = loop.time()
@@ -206,6 +230,13 @@ def enrollment(student: int, courses: int) -> tuple[str, Envelope]:
 
 async def run_enrollments(bus: CommandBus, tail: EventTail, students: range, courses: int) -> float:
     """Enroll each of ``students`` once, all at once; returns sagas/s (to a settled status)."""
+    with driver_collector_paused():
+        return await _run_enrollments(bus, tail, students, courses)
+
+
+async def _run_enrollments(
+    bus: CommandBus, tail: EventTail, students: range, courses: int
+) -> float:
     loop = asyncio.get_running_loop()
     start = loop.time()
     keys: list[str] = []
@@ -268,6 +299,8 @@ async def main(args: argparse.Namespace) -> None:
     async with worker_bus_tail(settings, data, args.workers) as (workers, bus, tail):
         assert workers[0].proc is not None
         rss = RssSampler(workers[0].proc.pid)
+        watch = StallWatch()
+        watch.start()
         await bus.send_many(
             [
                 (INVENTORY, envelope(SetCapacity(on_hand=10**9), f"p{i}"))
@@ -278,11 +311,12 @@ async def main(args: argparse.Namespace) -> None:
         counted = await record_counts(settings)
         ports = [w.settings.worker_web_port for w in workers]
         gc_before = worker_counters(ports)["gc.seconds"]
-        rate, _ = await run_orders(bus, tail, args.orders, args.products, None)
+        rate, _ = await run_orders(bus, tail, args.orders, args.products, None, watch)
         collecting = (worker_counters(ports)["gc.seconds"] - gc_before) / (args.orders / rate)
         print(
             f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.2f}x the relay chain"
-            f" (worker in the garbage collector {100 * collecting:.0f}% of the time)"
+            f" (worker in the garbage collector {100 * collecting:.0f}% of the time; "
+            f"{watch.summary()})"
         )
         await asyncio.sleep(2)  # the last batches' changelog writes follow their outcomes
         after = await record_counts(settings)
@@ -293,9 +327,10 @@ async def main(args: argparse.Namespace) -> None:
             + f"; total {sum(per_saga.values()):.1f}"
         )
         half = rate / 2
-        _, latencies = await run_orders(bus, tail, args.latency_orders, args.products, half)
+        _, latencies = await run_orders(bus, tail, args.latency_orders, args.products, half, watch)
         print(
             f"latency   command->outcome at half load ({half:,.0f}/s, {args.latency_orders} orders): {summary_ms(latencies)}"
+            f" ({watch.summary()})"
         )
         # Enrollment sagas in the same run, on the same worker: one student per enrollment,
         # courses never full, so every saga takes the whole path to ENROLLED.
@@ -317,6 +352,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"soak      {soak} orders over ~{args.soak_seconds} s at {soak_rate:,.0f}/s: {summary_ms(soak_lat)}"
             )
         which = "worker" if args.workers == 1 else f"first of {args.workers} workers"
+        await watch.stop()
         print(f"memory    {which} {rss.stop()}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import os
 import platform
@@ -12,8 +14,8 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,3 +197,66 @@ def _another_worker(settings: Settings, n: int) -> Settings:
             "worker_web_port": free_port(),
         }
     )
+
+
+# --- the load driver must not be what is measured ----------------------------------------
+
+
+@contextmanager
+def driver_collector_paused() -> Iterator[None]:
+    """The load driver's own cyclic garbage collector, off for one measured phase.
+
+    The driver stamps each order when it sends it and when its outcome comes off the event
+    topic, in one process. Python's full collections of that process (every order's stamps,
+    the event tail's state) stopped it for 140-690 ms, longer as its heap grew, about every
+    7 s at 250 orders/s: it neither sent nor read meanwhile, and every order in flight had
+    the pause added to its latency. That was most of the p99 of a run at half load
+    (BENCHMARKS.md, "Issue 11, sixth step"). Reference counting still frees what is not in
+    a cycle; the cycles a phase leaves are collected after it. The measured components keep
+    their own collector settings (``SAGALINE_GC_*``). ``BENCH_DRIVER_GC=python`` leaves the
+    driver's collector as Python has it, to see the difference."""
+    if os.environ.get("BENCH_DRIVER_GC", "paused") == "python":
+        yield
+        return
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class StallWatch:
+    """The driver's longest event-loop stall since :meth:`reset`: the time a 10 ms sleep
+    overran by. Printed beside each latency figure, so a driver that stalls shows (its
+    stalls are in every latency it measures)."""
+
+    PERIOD_S = 0.010
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def reset(self) -> None:
+        self.longest_s = 0.0
+
+    def summary(self) -> str:
+        collector = os.environ.get("BENCH_DRIVER_GC", "paused")
+        return f"driver: longest stall {1000 * self.longest_s:.0f} ms, collector {collector}"
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.PERIOD_S)
+            self.longest_s = max(self.longest_s, loop.time() - before - self.PERIOD_S)

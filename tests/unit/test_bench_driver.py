@@ -1,0 +1,64 @@
+"""The benchmark driver's hygiene: its own collector off in a measured phase, its stalls seen.
+
+The driver stamps every order it measures; a pause of the driver is in every latency it
+reports (BENCHMARKS.md, "Issue 11, sixth step")."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import pytest
+
+from benchmarks.common import StallWatch, driver_collector_paused
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_collector_is_off_in_a_phase_and_as_before_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BENCH_DRIVER_GC", raising=False)
+    assert gc.isenabled()
+    with driver_collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with driver_collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
+
+
+def test_it_is_restored_when_the_phase_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BENCH_DRIVER_GC", raising=False)
+    with pytest.raises(RuntimeError), driver_collector_paused():
+        raise RuntimeError("phase failed")
+    assert gc.isenabled()
+
+
+def test_bench_driver_gc_python_leaves_the_collector_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BENCH_DRIVER_GC", "python")
+    with driver_collector_paused():
+        assert gc.isenabled()
+
+
+async def test_the_watch_sees_a_blocked_loop_and_forgets_it_on_reset() -> None:
+    watch = StallWatch()
+    watch.start()
+    try:
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # the driver's loop blocked, as a full collection blocks it
+        await asyncio.sleep(0.03)
+        assert watch.longest_s >= 0.28
+        assert "longest stall 3" in watch.summary()
+        watch.reset()
+        await asyncio.sleep(0.05)
+        assert watch.longest_s < 0.25  # the blocked loop is forgotten
+    finally:
+        await watch.stop()
