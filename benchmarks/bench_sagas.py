@@ -317,7 +317,7 @@ async def main(args: argparse.Namespace) -> None:
         rate, _ = await run_orders(bus, tail, args.orders, args.products, None, watch)
         collecting = (worker_counters(ports)["gc.seconds"] - gc_before) / (args.orders / rate)
         print(
-            f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.2f}x the relay chain"
+            f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.3f}x the relay chain"
             f" (worker in the garbage collector {100 * collecting:.0f}% of the time; "
             f"{watch.summary()})"
         )
