@@ -22,19 +22,16 @@ import statistics
 import uuid
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
-
 import sagas.contracts  # noqa: F401
 from benchmarks.apirun import ApiProcess, ensure_wrk, lscpu_model, run_wrk
 from benchmarks.bench_sagas import envelope, run_orders
 from benchmarks.common import (
     RssSampler,
-    delete_topics,
+    delete_run_topics,
     driver_collector_paused,
     git_rev,
     machine,
 )
-from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import INVENTORY, create_topics
 from sagas.contracts.ledger import SetCapacity
@@ -170,21 +167,7 @@ async def main(args: argparse.Namespace) -> None:
         await tail.stop()
         await bus.stop()
         worker.stop()
-        await delete_topics(settings)
-        await delete_worker_topics(settings)
-
-
-async def delete_worker_topics(settings: Settings) -> None:
-    """The worker's own topics (Faust's changelogs and assignor topic, named by the app id):
-    delete_topics removes only the declared ones."""
-    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
-    await admin.start()
-    try:
-        ours = [t for t in await admin.list_topics() if t.startswith(f"{settings.app_id}-")]
-        if ours:
-            await admin.delete_topics(ours)
-    finally:
-        await admin.close()
+        await delete_run_topics(settings)
 
 
 if __name__ == "__main__":

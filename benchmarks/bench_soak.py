@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import sagas.contracts  # noqa: F401
 from benchmarks.bench_sagas import envelope, order, run_orders
-from benchmarks.common import delete_topics, git_rev, machine, percentile, run_settings
+from benchmarks.common import delete_run_topics, git_rev, machine, percentile, run_settings
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
 from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
@@ -310,7 +310,7 @@ async def main(args: argparse.Namespace) -> None:
         await tail.stop()
         await bus.stop()
         worker.stop()
-        await delete_topics(settings)
+        await delete_run_topics(settings)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,22 @@ async def delete_topics(settings: Settings) -> None:
         await admin.close()
 
 
+async def delete_run_topics(settings: Settings) -> None:
+    """Every topic of a benchmark run: the declared ones and the relay's (its topic prefix),
+    and the worker's own (Faust's changelogs and assignor topic, named by its app id). A run
+    left them behind before 2026-11-23: 14,800 partitions on the local broker after a few
+    sessions, its disk and its periodic work growing with them."""
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
+    await admin.start()
+    try:
+        prefixes = (f"{settings.topic_prefix}.", f"{settings.app_id}-")
+        ours = [t for t in await admin.list_topics() if t.startswith(prefixes)]
+        if ours:
+            await admin.delete_topics(ours)
+    finally:
+        await admin.close()
+
+
 def worker_counters(ports: list[int]) -> Counter[str]:
     """The worker processes' own counters (``/sagaline/metrics``), summed."""
     total: Counter[str] = Counter()
@@ -168,11 +184,14 @@ async def worker_bus_tail(
 ) -> AsyncIterator[tuple[list[Worker], CommandBus, EventTail]]:
     """``workers`` worker processes on ``data`` (one consumer group splitting the partitions,
     each with its own data directory and web port), with a command bus and an event tail on
-    their topics; all stopped on the way out, whatever happened inside."""
+    their topics; all stopped on the way out, whatever happened inside, and the run's topics
+    deleted."""
     data.mkdir(parents=True, exist_ok=True)
     started: list[Worker] = []
     bus, tail = CommandBus(settings), EventTail(settings)
     async with AsyncExitStack() as stack:
+        # Runs last: after the workers, the bus and the tail have stopped.
+        stack.push_async_callback(delete_run_topics, settings)
         for n in range(workers):
             own = settings if n == 0 else _another_worker(settings, n)
             logs = data if n == 0 else data / f"worker{n}"
