@@ -8,6 +8,11 @@ command-to-outcome latency p50/p95/p99 at half that load; enrollment sagas/s at 
 in the same run, beside the order rate; worker RSS over the run. ``--workers N`` runs N
 worker processes in one consumer group (they split the partitions). Commands go straight to
 Kafka through the command bus (the REST API is not measured here).
+
+The driver stamps each order at both ends in this process, so its own pauses would be in
+every latency: its garbage collector is off in each measured phase, and the longest stall
+of its event loop is printed beside the figures (``BENCH_DRIVER_GC=python`` keeps Python's
+collector, to compare; ``benchmarks/common.py``). The run's topics are deleted at the end.
 """
 
 from __future__ import annotations
