@@ -53,7 +53,7 @@ class ProcessChannel:
     """Fed only by the worker's Debezium ingest edge (through the correlator's stages): the
     worker runs it only with SAGALINE_CDC_ENABLED. Without CDC its topic stays empty, and a
     consumer of its partitions would cost every fetch of the worker's consumer for nothing
-    (5-8 points of a core below full load, BENCHMARKS.md "Issue 11, sixth step")."""
+    (5-8 points of a core below full load: BENCHMARKS.md, "Issue 11, fifth step")."""
 
     @property
     def accepts(self) -> tuple[type[Message], ...]:
