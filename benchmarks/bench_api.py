@@ -39,7 +39,7 @@ from benchmarks.apirun import (
     run_wrk,
     short_rev,
 )
-from benchmarks.common import delete_topics, git_rev, machine
+from benchmarks.common import delete_run_topics, git_rev, machine
 from runtime.settings import Settings
 from runtime.topics import create_topics
 from services.keys import ensure_local_key
@@ -148,7 +148,7 @@ def main(args: argparse.Namespace) -> None:
             finally:
                 api.stop()
     finally:
-        asyncio.run(delete_topics(settings))
+        asyncio.run(delete_run_topics(settings))
 
     def rate(name: str) -> float:
         return statistics.median(r.rate for r in results[name])

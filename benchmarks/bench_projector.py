@@ -25,7 +25,7 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
 
 from aiokafka import AIOKafkaConsumer
 
-from benchmarks.common import delete_topics, git_rev, machine
+from benchmarks.common import delete_run_topics, git_rev, machine
 from readside.queries import counters
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
@@ -116,7 +116,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"postgres  {PG_URL.split('@')[-1]}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
     finally:
-        await delete_topics(settings)
+        await delete_run_topics(settings)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

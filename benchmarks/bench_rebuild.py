@@ -41,7 +41,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from benchmarks.bench_projector import raw_consume_rate
-from benchmarks.common import delete_topics, git_rev, machine
+from benchmarks.common import delete_run_topics, git_rev, machine
 from readside.migrate import upgrade
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
@@ -281,7 +281,7 @@ async def main(args: argparse.Namespace) -> None:
             f"(target: under 60 s) {'MET' if elapsed < 60 else 'MISSED'}"
         )
     finally:
-        await delete_topics(settings)
+        await delete_run_topics(settings)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
-from runtime.topics import declared_topics
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from tests.integration.harness import Worker, free_port
@@ -127,21 +126,20 @@ def git_rev() -> str:
         return "unknown"
 
 
-async def delete_topics(settings: Settings) -> None:
-    """Remove a benchmark's isolated topic set, so repeated runs do not fill the broker."""
-    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
-    await admin.start()
-    try:
-        await admin.delete_topics([spec.name for spec in declared_topics(settings)])
-    finally:
-        await admin.close()
-
-
 async def delete_run_topics(settings: Settings) -> None:
     """Every topic of a benchmark run: the declared ones and the relay's (its topic prefix),
     and the worker's own (Faust's changelogs and assignor topic, named by its app id). A run
     left them behind before 2026-11-23: 14,800 partitions on the local broker after a few
-    sessions, its disk and its periodic work growing with them."""
+    sessions, its disk and its periodic work growing with them. Refuses the default prefix
+    and app id: those are a deployment's topics, never a benchmark's."""
+    defaults = Settings.model_fields
+    if settings.topic_prefix == defaults["topic_prefix"].default or (
+        settings.app_id == defaults["app_id"].default
+    ):
+        raise ValueError(
+            f"refusing to delete the topics of prefix {settings.topic_prefix!r} and app id "
+            f"{settings.app_id!r}: a benchmark run has its own (run_settings)"
+        )
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     try:

@@ -1,4 +1,5 @@
-"""The benchmark driver's hygiene: its own collector off in a measured phase, its stalls seen.
+"""The benchmark driver's hygiene: its collector off in a measured phase, its stalls seen, its
+cleanup limited to its own topics.
 
 The driver stamps every order it measures; a pause of the driver is in every latency it
 reports (BENCHMARKS.md, "Issue 11, sixth step")."""
@@ -11,7 +12,8 @@ import time
 
 import pytest
 
-from benchmarks.common import StallWatch, driver_collector_paused
+from benchmarks.common import StallWatch, delete_run_topics, driver_collector_paused
+from runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +64,12 @@ async def test_the_watch_sees_a_blocked_loop_and_forgets_it_on_reset() -> None:
         assert watch.longest_s < 0.25  # the blocked loop is forgotten
     finally:
         await watch.stop()
+
+
+async def test_a_run_s_cleanup_refuses_a_deployment_s_topics() -> None:
+    """A benchmark deletes every topic under its prefix and app id: with the defaults that
+    would be a real deployment's, so it refuses before it connects anywhere."""
+    with pytest.raises(ValueError, match="refusing to delete"):
+        await delete_run_topics(Settings(kafka_bootstrap="127.0.0.1:1"))
+    with pytest.raises(ValueError, match="refusing to delete"):
+        await delete_run_topics(Settings(topic_prefix="bench1", kafka_bootstrap="127.0.0.1:1"))
