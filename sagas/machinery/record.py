@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Generic
+from typing import Any, Generic, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from sagas.machinery.history import LOAD_CHUNKS, History, chunk_key
 from sagas.machinery.process import S
 
 
@@ -15,14 +18,16 @@ class Record(BaseModel, Generic[S]):
     """A process's state plus the bookkeeping the machinery keeps beside it.
 
     ``seen`` is a bounded window of processed message ids: redeliveries after a crash or a
-    producer retry arrive within it. ``deadlines`` are durable timers: they survive restarts
-    and rebalances because they live in the table, not in a process's memory.
+    producer retry arrive within it (it is stored in chunks, so a hot key's record does not
+    carry it whole: :mod:`sagas.machinery.history`). ``deadlines`` are durable timers: they
+    survive restarts and rebalances because they live in the table, not in a process's
+    memory.
     """
 
     model_config = ConfigDict(frozen=True)
 
     state: S
-    seen: tuple[str, ...] = ()
+    seen: History[None] = Field(default_factory=History)
     sequence: int = 0
     deadlines: dict[str, datetime] = {}
     started_at: datetime | None = None
@@ -31,7 +36,40 @@ class Record(BaseModel, Generic[S]):
     """When its latest decision was applied (a saga's previous step: its step latency's)."""
 
     def encode(self) -> bytes:
+        """The record's own value (its histories' tails; their chunks are :meth:`writes`)."""
         return self.model_dump_json().encode()
+
+    def writes(
+        self, key: str, stored: Record[Any] | None
+    ) -> tuple[Record[Any], list[tuple[str, bytes | None]]]:
+        """What storing this record as ``key``'s state writes when the table holds
+        ``stored``, in the order it must be written: its histories' chunks sealed since
+        ``stored`` (each written once), then the deletions (None) of the chunks ``stored``
+        no longer read, then the record itself. Returns the record as stored (its
+        histories noting the deletions) and those writes."""
+        record: Record[Any] = self
+        chunks: list[tuple[str, bytes | None]] = []
+        sweeps: list[tuple[str, bytes | None]] = []
+        for path in _history_paths(type(self)):
+            history = _at(self, path)
+            if not isinstance(history, History):
+                continue
+            before = _at(stored, path)
+            name = path[-1]
+            chunks += [
+                (chunk_key(key, f"{name}/{at}"), raw) for at, raw in history.new_chunks(before)
+            ]
+            sweeps += [(chunk_key(key, f"{name}/{at}"), None) for at in history.sweepable(before)]
+            if (swept := history.swept_after(before)) is not history:
+                record = _replace(record, path, swept)
+        return record, [*chunks, *sweeps, (key, record.encode())]
+
+    @classmethod
+    def decode(cls, key: str, raw: bytes, load: Callable[[str], bytes | None]) -> Record[Any]:
+        """``key``'s record from its stored value, its histories' chunks read with ``load``
+        (a table key -> its value)."""
+        context = {LOAD_CHUNKS: lambda name: load(chunk_key(key, name))}
+        return cls.model_validate_json(raw, context=context)
 
     @classmethod
     def codec(cls, state_type: type[Any]) -> type[Record[Any]]:
@@ -64,3 +102,36 @@ class Record(BaseModel, Generic[S]):
 _STARTED_AT = b',"started_at":'
 _NO_DEADLINES = b',"deadlines":{}'
 _TAIL = re.compile(rb'(?:null|"[^"\\]*"),"stepped_at":(?:null|"[^"\\]*")\}')
+
+
+@functools.cache
+def _history_paths(model_type: type[BaseModel]) -> tuple[tuple[str, ...], ...]:
+    """Where a model of this type holds a :class:`History`: in its fields, or in the fields
+    of the models its fields are declared as (read once per type, from the declarations).
+    A chunk is named by its field's name alone (validation knows no more), so two histories
+    of one record must not share a name."""
+    paths: list[tuple[str, ...]] = []
+    for name, field in model_type.model_fields.items():
+        declared = field.annotation
+        if declared is History or get_origin(declared) is History:
+            paths.append((name,))
+        elif isinstance(declared, type) and issubclass(declared, BaseModel):
+            paths += [(name, *inner) for inner in _history_paths(declared)]
+    names = [path[-1] for path in paths]
+    if len(set(names)) < len(names):
+        raise TypeError(f"{model_type.__name__}: two histories share a name in {paths}")
+    return tuple(paths)
+
+
+def _at(model: BaseModel | None, path: tuple[str, ...]) -> Any:
+    for name in path:
+        if model is None:
+            return None
+        model = getattr(model, name, None)
+    return model
+
+
+def _replace(model: Any, path: tuple[str, ...], value: Any) -> Any:
+    head, rest = path[0], path[1:]
+    inner = _replace(getattr(model, head), rest, value) if rest else value
+    return model.model_copy(update={head: inner})

@@ -55,8 +55,8 @@ def step(
         reply_to=envelope.reply_to,
     )
     decision = process.decide(record.state, message, ctx)
-    seen = (*record.seen, envelope.message_id)[-seen_window:]
-    return _apply(process, record.model_copy(update={"seen": seen}), decision, ctx)
+    seen = record.seen.put(envelope.message_id, None).prune(keep=seen_window)
+    return _apply(process, record, decision, ctx, {"seen": seen})
 
 
 def _fire_deadlines(
@@ -78,8 +78,13 @@ def _fire_deadlines(
 
 
 def _apply(
-    process: Process[Any], record: Record[Any], decision: Decision[Any], ctx: Context
+    process: Process[Any],
+    record: Record[Any],
+    decision: Decision[Any],
+    ctx: Context,
+    also: dict[str, Any] | None = None,
 ) -> StepResult:
+    """``record`` after ``decision`` (and the fields in ``also``), and what it sends."""
     deadlines = {n: w for n, w in record.deadlines.items() if n not in decision.clear_deadlines}
     deadlines.update(decision.set_deadlines)
     outbound = [_command(c, ctx, i) for i, c in enumerate(decision.send)]
@@ -94,6 +99,7 @@ def _apply(
             "deadlines": deadlines,
             "started_at": record.started_at or ctx.now,
             "stepped_at": ctx.now,
+            **(also or {}),
         }
     )
     return StepResult(new, tuple(outbound))

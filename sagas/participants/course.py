@@ -86,7 +86,7 @@ def _seats_of(state: CourseState, rid: str, ctx: Context) -> LedgerState:
     if rid not in state.enrolled or rid in seats.closed:
         return seats
     sale = Closed("confirmed", 1, epoch_seconds(ctx.now))
-    return seats.model_copy(update={"closed": {**seats.closed, rid: sale}})
+    return seats.model_copy(update={"closed": seats.closed.put(rid, sale)})
 
 
 def roster(state: CourseState) -> dict[str, Any]:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sagas.contracts import ledger as c
+from sagas.machinery.history import History
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
 from sagas.machinery.step import reply
 from sagas.messages import Message
@@ -33,9 +34,10 @@ class Hold(BaseModel):
 
 class Closed(NamedTuple):
     """A finished reservation. A tuple, stored as a JSON array (``["confirmed", 1, 1763...]``):
-    a hot key holds a thousand of these, written whole with every batch, so they are kept
-    small and serialized without a model per entry. Records stored before ``at`` existed
-    hold ``{"outcome": ..., "quantity": ...}`` objects; they still validate (``at`` 0)."""
+    a hot key holds a thousand of these, so they are kept small and serialized without a
+    model per entry (and stored in chunks written once: :mod:`sagas.machinery.history`).
+    Records stored before ``at`` existed hold ``{"outcome": ..., "quantity": ...}`` objects;
+    they still validate (``at`` 0)."""
 
     outcome: Outcome
     quantity: int
@@ -47,7 +49,7 @@ class LedgerState(BaseModel):
     model_config = ConfigDict(frozen=True)
     on_hand: int = 0
     holds: dict[str, Hold] = {}
-    closed: dict[str, Closed] = {}
+    closed: History[Closed] = Field(default_factory=History)
     """Recently finished reservations, oldest first, to answer repeats and refund sales:
     kept for the ledger's retention, and never more than its ``closed_window``."""
 
@@ -82,8 +84,8 @@ class CapacityLedger:
     name: str
     entity_type: str
     closed_window: int = 1000
-    """Most finished reservations kept, whatever their age: bounds a hot key's record (the
-    window by age alone grows with the key's rate)."""
+    """Most finished reservations kept, whatever their age: bounds a hot key's history in
+    memory (the window by age alone grows with the key's rate)."""
     retention: timedelta = DEFAULT_RETENTION
     """Finished reservations older than this are forgotten (see :meth:`_remember`)."""
     state_type: type[LedgerState] = LedgerState
@@ -243,8 +245,10 @@ class CapacityLedger:
         for a worker restart or a backlog in between. ``closed_window`` bounds the size
         first on a key hotter than ``closed_window`` closes per retention (1000 per 10
         minutes: 1.7/s): there the horizon is ``closed_window`` closes, as before ages, and
-        above ~33 closes/s it is shorter than a step timeout. Keeping the history apart from
-        the key's hot record is what would lift that bound (PERF_STATUS.md, remaining).
+        above ~33 closes/s it is shorter than a step timeout. The entries are stored in
+        chunks written once (:mod:`sagas.machinery.history`), so the window no longer costs
+        every write; it bounds what a key holds in memory and reads back after a restart
+        (a full window is ~32 chunks).
         """
         entries = remember(
             state.closed,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from itertools import islice, takewhile
 from typing import TypeVar
+
+from sagas.machinery.history import History
 
 DEFAULT_RETENTION = timedelta(minutes=10)
 """SAGALINE_DEDUPE_RETENTION_S's default (the argument is on the ledger's ``_remember``)."""
@@ -22,14 +23,14 @@ E = TypeVar("E")
 
 
 def remember(
-    entries: dict[str, E],
+    entries: History[E],
     rid: str,
     entry: E,
     closed_at: Callable[[E], int],
     now: datetime,
     retention: timedelta,
     window: int,
-) -> dict[str, E]:
+) -> History[E]:
     """``entries`` (oldest first) with ``rid`` -> ``entry`` last, less the entries closed
     before ``now - retention`` and the oldest beyond ``window``.
 
@@ -38,17 +39,8 @@ def remember(
     entry of unknown age (``closed_at`` 0: stored before ages were) stops the prefix; the
     window removes those in time.
     """
-    kept = dict(
-        entries
-    )  # a C-level copy: a comprehension over a full window cost most of a reserve
-    kept.pop(rid, None)
     cutoff = now.timestamp() - retention.total_seconds()
-    for key, _ in list(takewhile(lambda item: 0 < closed_at(item[1]) < cutoff, kept.items())):
-        del kept[key]
-    for key in list(islice(kept, max(0, len(kept) + 1 - window))):
-        del kept[key]
-    kept[rid] = entry
-    return kept
+    return entries.put(rid, entry).prune(lambda e: 0 < closed_at(e) < cutoff, keep=window)
 
 
 def epoch_seconds(now: datetime) -> int:

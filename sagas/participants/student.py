@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sagas.contracts import enrollment as e
+from sagas.machinery.history import History
 from sagas.machinery.process import Context, Decision
 from sagas.machinery.step import reply
 from sagas.messages import Message
@@ -46,7 +47,7 @@ class StudentState(BaseModel):
     max_credits: int = 0
     holds: dict[str, Credits] = {}
     enrolled: dict[str, Credits] = {}
-    closed: dict[str, Finished] = {}
+    closed: History[Finished] = Field(default_factory=History)
     """Recently finished reservations, oldest first (kept for the retention, at most
     ``closed_window``): id -> what became of it, to answer repeats."""
 

@@ -36,6 +36,7 @@ from runtime.topics import (
 from sagas.catalog import LEGACY_TX
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
+from sagas.machinery.history import is_chunk_key
 from sagas.machinery.process import Process
 from sagas.messages import Envelope
 from services.worker import delivery
@@ -85,8 +86,9 @@ class _PartitionOrigin:
         self.message = SimpleNamespace(partition=partition)
 
 
-SendTo = Callable[[str, bytes, bytes, int], Awaitable[Awaitable[RecordMetadata]]]
-"""Queue a record for one partition of a topic; the awaited result is its delivery future."""
+SendTo = Callable[[str, bytes, bytes | None, int], Awaitable[Awaitable[RecordMetadata]]]
+"""Queue a record (None: a tombstone) for one partition of a topic; the awaited result is
+its delivery future."""
 
 
 class FaustTable:
@@ -131,7 +133,10 @@ class FaustTable:
         store = self.table.data
         for key, value, partition in writes:
             with _in_partition(partition):
-                store[key] = value
+                if value is None:
+                    store.pop(key, None)
+                else:
+                    store[key] = value
         reached: dict[int, int] = {}
         for meta in acked:
             reached[meta.partition] = max(meta.offset, reached.get(meta.partition, -1))
@@ -139,15 +144,15 @@ class FaustTable:
             store.set_persisted_offset(TP(changelog, partition), offset)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every key's state (positions left out). Batches may write while the caller
-        iterates (the deadline rebuild yields to them): RocksDB iterators read a snapshot,
-        but a dict refuses to change size under an iterator, so the memory store's items
-        are copied first."""
+        """Every key's state (positions and history chunks left out). Batches may write
+        while the caller iterates (the deadline rebuild yields to them): RocksDB iterators
+        read a snapshot, but a dict refuses to change size under an iterator, so the memory
+        store's items are copied first."""
         store = self.table.data
         everything = list(store.items()) if isinstance(store, MemoryStore) else store.items()
         for key, value in everything:
             text = key.decode()
-            if not text.startswith(POSITION_KEY_PREFIX):
+            if not text.startswith(POSITION_KEY_PREFIX) and not is_chunk_key(text):
                 yield text, value
 
 
@@ -273,7 +278,9 @@ class _Ports:
     async def send(self, topic_name: str, key: bytes, value: bytes) -> Any:
         return await self.app.producer.send(topic_name, key, value, None, None, None)
 
-    async def send_to(self, topic_name: str, key: bytes, value: bytes, partition: int) -> Any:
+    async def send_to(
+        self, topic_name: str, key: bytes, value: bytes | None, partition: int
+    ) -> Any:
         return await self.app.producer.send(topic_name, key, value, partition, None, None)
 
     async def seek(self, topic_name: str, partition: int, offset: int) -> None:

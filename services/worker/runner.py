@@ -40,6 +40,24 @@ carrying a state across batches without its positions (a later batch's positions
 outrun it). Coalescing across several batches would need both held back together; it is
 not done (PERF_STATUS.md).
 
+A key's histories (its seen ids, a participant's finished reservations:
+:mod:`sagas.machinery.history`) are stored apart from its record, in chunks written once,
+so the record written each batch stays small however long the history. A key's writes in
+a batch come in this order, all in its own table partition: the chunks its histories
+sealed since its stored record, the deletions of chunks its stored record no longer reads,
+then the record (:meth:`Record.writes`). A crash leaves a prefix of them:
+
+- without the record, the stored record and every chunk it reads are as they were: a new
+  chunk is read by no stored record (and a replay writes it again, under the same key, with
+  the same entries), and a deleted chunk was read by neither record (a history's front only
+  moves forward);
+- with the record, every chunk it reads was written before it.
+
+So the key decodes to its state before the batch or after it, which is all the argument
+above asks of a key. The chunks a record stops reading are deleted by the key's next write
+(when no stored record can read them any more); a key never written again keeps those of
+its last batch, a few at most.
+
 Decoded states stay in a :class:`~services.worker.state_cache.StateCache` between batches;
 it is filled only from what the table returned or after a write returned, so a decision
 never sees a state the table does not hold.
@@ -56,6 +74,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from runtime.logformat import log_context
+from sagas.machinery.history import PARTIAL, is_chunk_key
 from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
 from sagas.machinery.step import StepResult, step
@@ -68,6 +87,9 @@ from services.worker.positions import InputPositions, Plan
 from services.worker.state_cache import StateCache
 
 log = logging.getLogger(__name__)
+
+_TAILS_ONLY = {PARTIAL: True}
+"""Decoding for the deadline scan: a record's deadlines, without its histories' chunks."""
 
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 """Queue ``value`` under ``key`` on a topic; the awaited result is the delivery future."""
@@ -105,7 +127,8 @@ class StateWrite:
     (the record's key chose that partition, so every record of the key comes there)."""
 
     key: str
-    value: bytes
+    value: bytes | None
+    """None deletes the key (a history chunk no state reads any more)."""
     partition: int
 
 
@@ -142,7 +165,11 @@ class DictTable(dict[str, bytes]):
         return self.positions.get((topic, partition))
 
     async def write(self, states: Sequence[StateWrite], positions: Positions) -> None:
-        self.update((s.key, s.value) for s in states)
+        for s in states:
+            if s.value is None:
+                self.pop(s.key, None)
+            else:
+                self[s.key] = s.value
         self.positions.update(positions)
 
 
@@ -206,13 +233,15 @@ class ProcessRunner:
         scanned = decoded = 0
         try:
             for key, raw in items:
+                if is_chunk_key(key):
+                    continue  # a history's chunk, not a state
                 scanned += 1
                 if Record.surely_without_deadlines(raw):
                     yield key, None
                     continue
                 decoded += 1
                 try:
-                    due = self._codec.model_validate_json(raw).next_deadline()
+                    due = self._codec.model_validate_json(raw, context=_TAILS_ONLY).next_deadline()
                 except ValueError as exc:
                     # Every message of this key is dead-lettered for the same reason (its
                     # state cannot be read): no tick could fire anything either. Skipping
@@ -232,7 +261,7 @@ class ProcessRunner:
         raw = self.table.load(key, partition)
         if raw is None:
             return None
-        record = self._codec.model_validate_json(raw)
+        record = self._codec.decode(key, raw, lambda chunk: self.table.load(chunk, partition))
         self.states.put(key, partition, record, self.states.generation)
         return record
 
@@ -242,6 +271,7 @@ class ProcessRunner:
         plan = self.positions.plan(batch, self.monotonic())
         generation = self.states.generation
         fresh: dict[str, Record[Any]] = {}
+        stored: dict[str, Record[Any] | None] = {}  # each key's state in the table
         partitions: dict[str, int] = {}
         outbound: list[_Encoded] = []
         dead: list[DeadLetter] = []
@@ -250,7 +280,7 @@ class ProcessRunner:
         applied: list[_Decided] = []
         duplicates = 0
         for record in plan.admitted(batch):
-            result = self._decide(record, fresh, now, dead)
+            result = self._decide(record, fresh, stored, now, dead)
             if result is not None and not result.result.changed:
                 duplicates += 1
             if result is None or not result.result.changed:
@@ -266,7 +296,10 @@ class ProcessRunner:
         decided = time.perf_counter()
         await self._publish(outbound, dead)
         published = time.perf_counter()
-        states = [StateWrite(key, rec.encode(), partitions[key]) for key, rec in fresh.items()]
+        states: list[StateWrite] = []
+        for key, rec in fresh.items():
+            fresh[key], writes = rec.writes(key, stored[key])
+            states += [StateWrite(k, v, partitions[key]) for k, v in writes]
         try:
             await self.table.write(states, self._positions_to_store(plan, batch))
         except BaseException:
@@ -324,18 +357,20 @@ class ProcessRunner:
         self,
         incoming: Incoming,
         fresh: dict[str, Record[Any]],
+        stored: dict[str, Record[Any] | None],
         now: datetime,
         dead: list[DeadLetter],
     ) -> _Decided | None:
         with log_context(
             topic=incoming.topic, partition=incoming.partition, offset=incoming.offset
         ) as bound:
-            return self._decide_in_context(incoming, fresh, now, dead, bound)
+            return self._decide_in_context(incoming, fresh, stored, now, dead, bound)
 
     def _decide_in_context(
         self,
         incoming: Incoming,
         fresh: dict[str, Record[Any]],
+        stored: dict[str, Record[Any] | None],
         now: datetime,
         dead: list[DeadLetter],
         bound: dict[str, Any],
@@ -361,7 +396,10 @@ class ProcessRunner:
             if incoming.key != key.encode():
                 shown = incoming.key[:60].decode(errors="replace")
                 raise ContractError(f"record key {shown!r} differs from envelope key {key!r}")
-            current = fresh[key] if key in fresh else self.load(key, incoming.partition)
+            if key in fresh:
+                current: Record[Any] | None = fresh[key]
+            else:
+                current = stored[key] = self.load(key, incoming.partition)
             result = step(self.process, current, envelope, now, self.seen_window)
         except ContractError as exc:
             self.metrics.inc(name, "invalid")

@@ -155,6 +155,8 @@ class Bus:
     hold: Callable[[Outbound], bool] | None = None
     _queue: deque[Outbound] = field(default_factory=deque)
     _held: list[Outbound] = field(default_factory=list)
+    tables: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    """Per channel, what its table holds: records and their histories' chunks."""
 
     @classmethod
     def of(cls, *processes: Process[Any]) -> Bus:
@@ -198,6 +200,19 @@ class Bus:
         self.delivered.append((channel, env))
         result = step(process, self.records.get((channel, env.key)), env, now)
         check_declared(process, result.outbound)
-        codec = Record.codec(process.state_type)
-        self.records[(channel, env.key)] = codec.model_validate_json(result.record.encode())
+        self.store(channel, env.key, result.record)
         self._queue.extend(result.outbound)
+
+    def store(self, channel: str, key: str, record: Record[Any]) -> None:
+        """Write ``record`` to the channel's table as the worker would, and keep what a
+        read of the table decodes."""
+        table = self.tables.setdefault(channel, {})
+        stored = self.records.get((channel, key))
+        _, writes = record.writes(key, stored)
+        for name, value in writes:
+            if value is None:
+                table.pop(name, None)
+            else:
+                table[name] = value
+        codec = Record.codec(self.processes[channel].state_type)
+        self.records[(channel, key)] = codec.decode(key, table[key], table.get)

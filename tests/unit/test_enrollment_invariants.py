@@ -58,8 +58,7 @@ class CheckedBus(Bus):
     def _deliver(self, channel: str, env: Envelope, now: Any) -> None:
         process = self.processes[channel]
         result = checked_step(process, self.records.get((channel, env.key)), env, now)
-        codec = Record.codec(process.state_type)
-        self.records[(channel, env.key)] = codec.model_validate_json(result.record.encode())
+        self.store(channel, env.key, result.record)
         self._queue.extend(result.outbound)
 
 

@@ -68,7 +68,7 @@ def test_the_seen_window_is_bounded_to_the_latest_ids():
     for env in envs:
         record = step(LEDGER, record, env, T0, seen_window=3).record
     # then only the last three ids are remembered
-    assert record.seen == tuple(e.message_id for e in envs[-3:])
+    assert list(record.seen) == [e.message_id for e in envs[-3:]]
     # and an id that fell out of the window is processed again, one inside it is not
     assert step(LEDGER, record, envs[0], T0, seen_window=3).changed
     assert step(LEDGER, record, envs[-1], T0, seen_window=3).duplicate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from sagas.contracts import ledger as lc
+from sagas.machinery.history import is_chunk_key
 from sagas.messages import Envelope
 from sagas.participants.ledger import CapacityLedger
 from services.worker.deadletter import DeadLetter
@@ -206,7 +208,7 @@ async def test_a_key_decided_several_times_in_a_batch_is_written_once_with_its_l
     # One write for the batch: each key once (four decisions on p1, one on p2), and the
     # input position once per partition, stored after the states it covers.
     assert table.writes == [(["p1", "p2"], {("t.inventory", 0): 5})]
-    p1 = r._codec.model_validate_json(table["p1"]).state
+    p1 = r._codec.decode("p1", table["p1"], table.get).state
     assert (p1.on_hand, p1.reserved, list(p1.holds), list(p1.closed)) == (
         8,
         3,
@@ -224,3 +226,58 @@ async def test_a_batch_counts_how_long_its_records_were_in_transit() -> None:
     counters = r.metrics.snapshot()
     assert counters["inventory.transit_records"] == 1
     assert 0.5 <= counters["inventory.transit_s"] < 5
+
+
+def reserve_and_confirm(n: int, key: str = "p1") -> list[Incoming]:
+    rid = f"o{n}:{key}"
+    return [
+        incoming(lc.Reserve(reservation_id=rid, quantity=1, ttl_seconds=60), key, 2 * n + 1),
+        incoming(lc.Confirm(reservation_id=rid), key, 2 * n + 2),
+    ]
+
+
+async def test_a_hot_keys_history_goes_to_chunks_and_its_record_stays_small() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = runner(kafka, table)
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=10**6), "p1", 0)])
+    sizes = []
+    for start in range(0, 400, 20):  # 400 sales, 20 a batch
+        await r.handle_batch([m for n in range(start, start + 20) for m in reserve_and_confirm(n)])
+        sizes.append(len(table["p1"]))
+    chunks = sorted(k for k in table if is_chunk_key(k))
+    assert chunks and all(k.startswith("p1\x1f") for k in chunks)
+    assert max(sizes) < 6_000  # tails only: 400 closed and 500 ids were ~45 KB inline
+    r.states.clear()  # read from the table, as after a restart
+    restored = r.load("p1", 0)
+    assert restored is not None
+    assert len(restored.seen) == 500 and len(restored.state.closed) == 400
+    assert restored.state.closed["o0:p1"].outcome == "confirmed"
+
+
+async def test_a_key_whose_chunk_is_missing_is_dead_lettered_and_the_others_go_on() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = runner(kafka, table)
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=10**6), "p1", 0)])
+    await r.handle_batch([m for n in range(40) for m in reserve_and_confirm(n)])
+    del table[min(k for k in table if is_chunk_key(k))]
+    r.states.clear()
+    kafka.sent.clear()
+    await r.handle_batch([*reserve_and_confirm(40), incoming(lc.SetCapacity(on_hand=2), "p2", 83)])
+    letters = [json.loads(v) for t, _, v in kafka.sent if t == "t.deadletter"]
+    assert len(letters) == 2
+    assert all("chunk 0 is missing from the table" in letter["reason"] for letter in letters)
+    assert "p2" in table  # the rest of the batch was decided and stored
+
+
+async def test_the_deadline_scan_skips_chunks_and_reads_chunked_records() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = runner(kafka, table)
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=10**6), "p1", 0)])
+    await r.handle_batch([m for n in range(40) for m in reserve_and_confirm(n)])
+    await r.handle_batch(
+        [incoming(lc.Reserve(reservation_id="late:p1", quantity=1, ttl_seconds=60), "p1", 81)]
+    )
+    assert any(is_chunk_key(k) for k in table)
+    await r.rebuild_deadlines(table.items(), time.monotonic())
+    assert r.last_deadline_scan == (1, 1)  # p1 only, decoded without its chunks
+    assert [key for key, _ in r.deadlines.pop_due(T0 + timedelta(minutes=2))] == ["p1"]
