@@ -56,8 +56,7 @@ def parse_object(raw: bytes | str | None) -> dict[str, Any]:
             raise ContractError(f"not JSON: not UTF-8 (invalid byte at {exc.start})") from None
     else:
         text = raw
-    depth = nesting_depth(text)
-    if depth > MAX_DEPTH:
+    if too_deep(text):
         raise ContractError(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
         data = json.loads(
@@ -78,6 +77,15 @@ def parse_object(raw: bytes | str | None) -> dict[str, Any]:
 
 # Strings (skipped whole, so brackets inside them do not count) or one bracket.
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def too_deep(text: str) -> bool:
+    """Whether ``text`` nests deeper than :data:`MAX_DEPTH`. A text with no more brackets
+    than that cannot (two C-level counts); only the others are scanned, since the scan, a
+    regex match per string and bracket, costs as much as parsing a record."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    return nesting_depth(text) > MAX_DEPTH
 
 
 def nesting_depth(text: str) -> int:

@@ -17,7 +17,7 @@ from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sagas.untrusted import MAX_DEPTH, nesting_depth
+from sagas.untrusted import MAX_DEPTH, nesting_depth, too_deep
 from services.api.errors import clip, error_response
 
 
@@ -108,8 +108,8 @@ def parse_json(body: bytes) -> Any:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotJson(f"it is not UTF-8 (byte {exc.start} is invalid)") from exc
-    depth = nesting_depth(text)
-    if depth > MAX_DEPTH:
+    if too_deep(text):
+        depth = nesting_depth(text)
         raise NotJson(f"it nests arrays and objects {depth} deep, more than {MAX_DEPTH}")
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
