@@ -27,6 +27,7 @@ from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.kafka_security import aiokafka_options, faust_credentials
+from runtime.partitioner import partition_for
 from runtime.settings import Settings
 from runtime.topics import (
     DEAD_LETTERS,
@@ -192,6 +193,7 @@ def create_app(
         processing_guarantee="at_least_once",
         producer_acks=-1,
         producer_linger=settings.producer_linger_ms / 1000,
+        producer_partitioner=partition_for,  # Kafka's, with each key's hash remembered
         key_serializer="raw",
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
