@@ -1,7 +1,7 @@
 """Latency and worker CPU against the offered rate, for one worker configuration.
 
     python -m benchmarks.bench_curve [--rates 10,40,80,0] [--seconds 15] [--full-orders 3000]
-        [--workers 1] [SAGALINE_SETTING=value ...]
+        [--workers 1] [--timeline 5] [SAGALINE_SETTING=value ...]
 
 Starts one worker with the given settings (e.g. ``producer_linger_ms=2``,
 ``batch_within_ms=1``, ``partitions=4``; names as in runtime/settings.py, without the
@@ -12,7 +12,10 @@ CPU the worker, this driver and the broker used over that step (from /proc, in %
 core), and per saga process its batches (count x records each), the share of the step's
 wall time its agent spent deciding, waiting for its outputs' acknowledgements (publish)
 and for its states' (store), and how long its records were in transit (from their
-producer's send to the batch that took them), from the worker's own counters. What it is
+producer's send to the batch that took them), from the worker's own counters. With
+``--timeline N`` it also prints, per N seconds of each step (by send time), p50, p99, the
+worker's CPU and each process's store share, read once a second: whether a held rate's
+latency grows as the run goes on. What it is
 for: choosing a setting by measurement (a lever's effect on latency at a given rate and on
 the worker's CPU), and seeing where the worker's one core saturates. Run
 it once per configuration, one after another, on a quiet machine: the rows of two runs
@@ -73,6 +76,58 @@ def stages(before: Counter[str], after: Counter[str], took: float) -> str:
     return "; ".join(parts)
 
 
+Sample = tuple[float, float, Counter[str]]
+"""(driver loop time, the workers' CPU seconds, their counters), read once a second."""
+
+
+async def sample_workers(worker_pids: list[int], ports: list[int], into: list[Sample]) -> None:
+    """Read the workers' CPU and counters every second until cancelled (the HTTP read runs
+    in a thread, so the driver's loop does not wait for it)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        counters = await asyncio.to_thread(worker_counters, ports)
+        into.append((loop.time(), sum(cpu_seconds(pid) for pid in worker_pids), counters))
+        await asyncio.sleep(1.0)
+
+
+def timeline(
+    sent: list[float], latencies: list[float], samples: list[Sample], every: float
+) -> list[str]:
+    """Per ``every`` seconds of the step, by send time: the orders' p50 and p99, and from
+    the samples nearest that window's ends the workers' CPU and each process's share of
+    wall time waiting for its states to be stored (the stage that grew with a hot key's
+    record). What a whole-run p99 hides: whether it grows as the run goes on."""
+    if not sent or len(samples) < 2:
+        return []
+    start = min(sent)
+    windows: dict[int, list[float]] = {}
+    for at, latency in zip(sent, latencies, strict=True):
+        windows.setdefault(int((at - start) // every), []).append(latency)
+
+    def nearest(t: float) -> Sample:
+        return min(samples, key=lambda sample: abs(sample[0] - t))
+
+    rows = []
+    processes = sorted({k.split(".", 1)[0] for k in samples[-1][2] if k.endswith(".store_s")})
+    for index in sorted(windows):
+        ordered = sorted(windows[index])
+        first, last = nearest(start + index * every), nearest(start + (index + 1) * every)
+        span = last[0] - first[0]
+        if span <= 0:
+            continue
+        store = " ".join(
+            f"{p} {100 * (last[2][f'{p}.store_s'] - first[2][f'{p}.store_s']) / span:.0f}%"
+            for p in processes
+        )
+        rows.append(
+            f"  {index * every:4.0f}-{(index + 1) * every:<4.0f}s  "
+            f"p50 {1000 * ordered[len(ordered) // 2]:5.1f} ms  "
+            f"p99 {1000 * ordered[int(0.99 * (len(ordered) - 1))]:5.1f} ms  "
+            f"worker cpu {100 * (last[1] - first[1]) / span:3.0f}%  store {store}"
+        )
+    return rows
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process (its threads included), from /proc/<pid>/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -124,9 +179,18 @@ async def main(args: argparse.Namespace) -> None:
             workers_before = [cpu_seconds(pid) for pid in worker_pids]
             counters_before = worker_counters(ports)
             broker_before = sum(cpu_seconds(pid) for pid in brokers)
+            sent: list[float] = []
+            samples: list[Sample] = []
+            sampler = (
+                asyncio.create_task(sample_workers(worker_pids, ports, samples))
+                if args.timeline
+                else None
+            )
             started = time.perf_counter()
-            done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None, watch)
+            done, latencies = await run_orders(bus, tail, n, PRODUCTS, rate or None, watch, sent)
             took = time.perf_counter() - started
+            if sampler is not None:
+                sampler.cancel()
             cpu = {
                 name: 100 * (cpu_seconds(pid) - before[name]) / took for name, pid in pids.items()
             }
@@ -144,6 +208,8 @@ async def main(args: argparse.Namespace) -> None:
             )
             print(f"  stages  {stages(counters_before, worker_counters(ports), took)}")
             print(f"  {watch.summary()}")
+            for row in timeline(sent, latencies, samples, args.timeline):
+                print(row)
         await watch.stop()
 
 
@@ -161,6 +227,13 @@ if __name__ == "__main__":
     parser.add_argument("--full-orders", type=int, default=3000)
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes in the one consumer group"
+    )
+    parser.add_argument(
+        "--timeline",
+        type=float,
+        default=0,
+        help="also print, per this many seconds of each step, p50/p99, worker CPU and "
+        "store shares (0: off)",
     )
     parser.add_argument("settings", nargs="*", help="setting=value overrides for the worker")
     asyncio.run(main(parser.parse_args()))

@@ -185,8 +185,10 @@ async def run_orders(
     products: int,
     rate: float | None,
     watch: StallWatch | None = None,
+    sent: list[float] | None = None,
 ) -> tuple[float, list[float]]:
-    """Send ``n`` orders (paced at ``rate``/s if given); returns sagas/s and latencies. The
+    """Send ``n`` orders (paced at ``rate``/s if given); returns sagas/s and latencies (and
+    fills ``sent``, if given, with each order's send time, in the latencies' order). The
     driver's own collector is paused meanwhile, ``watch`` (if given) reset at the start."""
     with driver_collector_paused():
         if watch is not None:
@@ -194,11 +196,16 @@ async def run_orders(
             # notes it at its next wake-up, then forgets it.
             await asyncio.sleep(2 * watch.PERIOD_S)
             watch.reset()
-        return await _run_orders(bus, tail, n, products, rate)
+        return await _run_orders(bus, tail, n, products, rate, sent)
 
 
 async def _run_orders(
-    bus: CommandBus, tail: EventTail, n: int, products: int, rate: float | None
+    bus: CommandBus,
+    tail: EventTail,
+    n: int,
+    products: int,
+    rate: float | None,
+    sent: list[float] | None = None,
 ) -> tuple[float, list[float]]:
     loop = asyncio.get_running_loop()
     sent_at: dict[str, float] = {}
@@ -219,6 +226,8 @@ async def _run_orders(
     not_confirmed = sum(o.status != "CONFIRMED" for o in outcomes.values())
     if not_confirmed:
         print(f"  note: {not_confirmed} sagas did not confirm")
+    if sent is not None:
+        sent.extend(sent_at.values())
     return n / (end - start), [outcomes[i].at - sent_at[i] for i in sent_at]
 
 

@@ -75,3 +75,24 @@ async def test_a_run_s_cleanup_refuses_a_deployment_s_topics() -> None:
     with pytest.raises(ValueError, match="refusing to delete"):
         await delete_run_topics(Settings(topic_prefix="bench1", kafka_bootstrap="127.0.0.1:1"))
 
+
+def test_the_timeline_shows_latency_and_the_store_share_growing_within_a_step() -> None:
+    from collections import Counter
+
+    from benchmarks.bench_curve import timeline
+
+    sent = [100.0 + i / 10 for i in range(100)]  # 10 s of orders at 10/s
+    latencies = [0.040 if at < 105 else 0.200 for at in sent]
+    samples = [
+        (
+            100.0 + t,
+            0.8 * t,
+            Counter({"inventory.store_s": 0.1 * t if t <= 5 else 0.5 + 0.5 * (t - 5)}),
+        )
+        for t in range(11)
+    ]
+    rows = timeline(sent, latencies, samples, every=5)
+    assert len(rows) == 2
+    assert "p50  40.0 ms" in rows[0] and "inventory 10%" in rows[0] and "cpu  80%" in rows[0]
+    assert "p99 200.0 ms" in rows[1] and "inventory 50%" in rows[1]
+    assert timeline(sent, latencies, samples[:1], every=5) == []  # nothing to difference
