@@ -94,9 +94,9 @@ def timeline(
     sent: list[float], latencies: list[float], samples: list[Sample], every: float
 ) -> list[str]:
     """Per ``every`` seconds of the step, by send time: the orders' p50 and p99, and from
-    the samples nearest that window's ends the workers' CPU and each process's share of
-    wall time waiting for its states to be stored (the stage that grew with a hot key's
-    record). What a whole-run p99 hides: whether it grows as the run goes on."""
+    the samples nearest that window's ends the workers' CPU, the time they spent in Python's
+    garbage collector, and each process's share of wall time waiting for its states to be
+    stored (the stage that grew with a hot key's record). What a whole-run p99 hides: whether it grows as the run goes on."""
     if not sent or len(samples) < 2:
         return []
     start = min(sent)
@@ -123,7 +123,9 @@ def timeline(
             f"  {index * every:4.0f}-{(index + 1) * every:<4.0f}s  "
             f"p50 {1000 * ordered[len(ordered) // 2]:5.1f} ms  "
             f"p99 {1000 * ordered[int(0.99 * (len(ordered) - 1))]:5.1f} ms  "
-            f"worker cpu {100 * (last[1] - first[1]) / span:3.0f}%  store {store}"
+            f"worker cpu {100 * (last[1] - first[1]) / span:3.0f}%  "
+            f"in its collector {1000 * (last[2]['gc.seconds'] - first[2]['gc.seconds']):4.0f} ms  "
+            f"store {store}"
         )
     return rows
 

@@ -58,6 +58,7 @@ class GcClock:
             "gc.collections": sum(self.collections),
             "gc.seconds": round(sum(self.seconds), 3),
             **{f"gc.gen{g}_collections": self.collections[g] for g in GENERATIONS},
+            **{f"gc.gen{g}_seconds": round(self.seconds[g], 3) for g in GENERATIONS},
         }
 
 

@@ -87,7 +87,12 @@ def test_the_timeline_shows_latency_and_the_store_share_growing_within_a_step() 
         (
             100.0 + t,
             0.8 * t,
-            Counter({"inventory.store_s": 0.1 * t if t <= 5 else 0.5 + 0.5 * (t - 5)}),
+            Counter(
+                {
+                    "inventory.store_s": 0.1 * t if t <= 5 else 0.5 + 0.5 * (t - 5),
+                    "gc.seconds": 0.0 if t < 7 else 0.3,
+                }
+            ),
         )
         for t in range(11)
     ]
@@ -95,4 +100,5 @@ def test_the_timeline_shows_latency_and_the_store_share_growing_within_a_step() 
     assert len(rows) == 2
     assert "p50  40.0 ms" in rows[0] and "inventory 10%" in rows[0] and "cpu  80%" in rows[0]
     assert "p99 200.0 ms" in rows[1] and "inventory 50%" in rows[1]
+    assert "collector    0 ms" in rows[0] and "collector  300 ms" in rows[1]
     assert timeline(sent, latencies, samples[:1], every=5) == []  # nothing to difference

@@ -63,6 +63,7 @@ def test_the_clock_counts_each_collection_by_generation_once_however_often_insta
     assert snapshot["gc.collections"] == 3
     assert snapshot["gc.gen2_collections"] == 2
     assert snapshot["gc.seconds"] == round(sum(clock.seconds), 3)
+    assert snapshot["gc.gen2_seconds"] == round(clock.seconds[2], 3)
 
 
 def test_tune_starts_the_process_clock() -> None:
