@@ -142,9 +142,9 @@ class Settings(BaseSettings):
         description="Address the worker's Faust web server binds (its `/metrics` needs no key: keep it private; `0.0.0.0` in a container a Prometheus scrapes)",
     )
     state_cache_keys: int = Field(
-        10_000,
+        2_000,
         ge=0,
-        description="Decoded table states the worker keeps in memory per process, so a key's record is not parsed from JSON for every message (0: no cache)",
+        description="Decoded table states the worker keeps in memory per process, so a key's record is not parsed from JSON for every message (0: no cache). Enough for the sagas in flight and the hot entities; every cached state is long-lived to Python's garbage collector, and 10,000 made a 200 ms collection during a run's first minute at 300 sagas/s (BENCHMARKS.md, issue 11, seventh step)",
     )
     worker_memory_metrics: bool = Field(
         False,

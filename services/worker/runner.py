@@ -189,7 +189,7 @@ class ProcessRunner:
     monotonic: Callable[[], float] = time.monotonic
     max_message_bytes: int = MAX_RECORD_BYTES
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
-    state_cache_keys: int = 10_000
+    state_cache_keys: int = 2_000
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
