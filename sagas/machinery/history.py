@@ -102,11 +102,6 @@ class History(Mapping[str, V], Generic[V]):
     def __repr__(self) -> str:
         return f"History({dict(self.items())!r})"
 
-    def oldest(self) -> tuple[str, V] | None:
-        for key, (_, value) in self._index.items():
-            return key, value
-        return None
-
     @property
     def front(self) -> int:
         """The position of the oldest live entry (the next position when empty)."""
@@ -166,7 +161,9 @@ class History(Mapping[str, V], Generic[V]):
 
     def new_chunks(self, stored: History[V] | None) -> list[tuple[int, bytes]]:
         """The chunks sealed since ``stored`` (the state the table holds; None: nothing)
-        that hold a live entry, each as (index, its live entries encoded)."""
+        that this history still reads, each as (index, its live entries encoded). A chunk
+        whose entries were all put again later is written empty: a reader loads every
+        chunk from the front's to the tail's."""
         first = self.front // CHUNK
         if stored is not None:
             first = max(first, stored._tail_start // CHUNK)
@@ -174,16 +171,14 @@ class History(Mapping[str, V], Generic[V]):
         if first >= last:
             return []
         # The entries from ``first`` on are the newest: read the index from its end.
-        chunks: dict[int, list[tuple[int, str, V]]] = {}
+        chunks: dict[int, list[tuple[int, str, V]]] = {at: [] for at in range(first, last)}
         for key in reversed(self._index):
             position, value = self._index[key]
             if position < first * CHUNK:
                 break
             if position < self._tail_start:
-                chunks.setdefault(position // CHUNK, []).append((position, key, value))
-        return [
-            (at, _CHUNK_WRITER.dump_json(entries[::-1])) for at, entries in sorted(chunks.items())
-        ]
+                chunks[position // CHUNK].append((position, key, value))
+        return [(at, _CHUNK_WRITER.dump_json(entries[::-1])) for at, entries in chunks.items()]
 
     def sweepable(self, stored: History[V] | None) -> range:
         """Chunks ``stored`` no longer needed (wholly before its front), not yet deleted:

@@ -189,3 +189,16 @@ def test_two_histories_of_one_name_in_a_record_are_refused() -> None:
 
     with pytest.raises(TypeError, match="two histories share a name"):
         _history_paths(Record.codec(Twice))
+
+
+def test_a_chunk_whose_entries_were_all_put_again_is_still_written() -> None:
+    log: History[int] = History()
+    for n in range(3 * CHUNK):  # chunks 0, 1, 2 sealed; the keys of chunk 1 put again below
+        log = log.put(f"k{n}", n)
+    for n in range(CHUNK, 2 * CHUNK):
+        log = log.put(f"k{n}", 1000 + n)
+    _, writes = CODEC(state=Counted(log=log)).writes("k", None)
+    table: dict[str, bytes] = {}
+    store(table, writes)
+    assert table["k\x1flog/1"] == b"[]"  # nothing live in it, but a reader loads it
+    assert decode(table).state.log == log
