@@ -1,18 +1,23 @@
-"""Turn bytes from the outside into a JSON object, or a :class:`ContractError` saying why not.
+"""The one JSON reader for bytes from outside: a value, or a refusal saying why not.
 
-Every record a component reads from Kafka passes through :func:`parse_object` before any
-model sees it. Whatever the bytes are, the only exception that leaves is ``ContractError``
-with a one-line reason of bounded length: a hostile record must be dead-lettered, never
-crash a consumer (``json.loads`` alone raises ``RecursionError`` on ``[`` x 100,000, reads
-UTF-16 when it guesses so, accepts ``NaN`` and integers of any length).
+Every record a component reads from Kafka and every request body the API reads passes
+through :func:`read_json`; records through :func:`parse_object`, which words the refusal
+as a dead-letter reason (:class:`ContractError`), the API through its own 400 sentence
+(``services.api.body``). Whatever the bytes are, the reader's cost is linear in their
+length: msgspec's native parser (linear, no backtracking; it refuses NaN, Infinity,
+lone surrogates and integers past 4,300 digits itself, and stops at Python's recursion
+limit), then one iterative walk of what it built for what msgspec allows and no contract
+holds (nesting past :data:`MAX_DEPTH`, integers past 64 bits, long or unprintable field
+names). No regular expression reads untrusted text here. Measured against the standard
+library and orjson in BENCHMARKS.md ("Issue 24"): ~9x faster than ``json.loads`` with the
+hooks this module needed before, and orjson turns integers past 64 bits into floats.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from typing import Any
+
+import msgspec
 
 MAX_RECORD_BYTES = 512 * 1024
 """Largest record value accepted. The biggest real envelope (an order of 100 lines) is a
@@ -20,11 +25,15 @@ few tens of KiB."""
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects; real envelopes nest fewer than 6 levels."""
 MAX_INT_DIGITS = 19
-"""Integers beyond 64 bits belong to no contract; refusing them early keeps ``int()`` cheap."""
+"""Integers beyond 64 bits belong to no contract."""
 MAX_NAME_LENGTH = 128
 """Longest object key (field name) in any JSON we accept."""
 MAX_REASON_LENGTH = 300
 """Longest reason a ContractError carries: reasons travel in dead letters and logs."""
+
+_INT_BOUND = 10**MAX_INT_DIGITS
+_NESTED_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
+_decode = msgspec.json.Decoder().decode
 
 
 class ContractError(ValueError):
@@ -32,6 +41,15 @@ class ContractError(ValueError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(bounded(reason))
+
+
+class JsonRefused(ValueError):
+    """What :func:`read_json` refused, as a phrase each caller words its own way."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(bounded(problem, 200))
+        self.problem = str(self)
+        self.too_deep = problem == _NESTED_TOO_DEEP
 
 
 def bounded(text: str, limit: int = MAX_REASON_LENGTH) -> str:
@@ -43,103 +61,110 @@ def bounded(text: str, limit: int = MAX_REASON_LENGTH) -> str:
     return shown[: limit - 30] + f"... ({len(text)} characters)"
 
 
+def read_json(raw: bytes | str) -> Any:
+    """The JSON value ``raw`` holds (strict UTF-8, finite numbers, integers within 64 bits,
+    nesting within :data:`MAX_DEPTH`, field names short and printable); raises
+    :class:`JsonRefused` otherwise. Size limits are the caller's (they differ)."""
+    if isinstance(raw, bytes):
+        try:
+            raw.decode("utf-8")  # strict: no guessing UTF-16, no replacement characters
+        except UnicodeDecodeError as exc:
+            raise JsonRefused(f"not UTF-8 (invalid byte at {exc.start})") from None
+    try:
+        value = _decode(raw)
+    except RecursionError:
+        raise JsonRefused(_NESTED_TOO_DEEP) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise JsonRefused(_malformed(raw, str(exc))) from None
+    _check(value)
+    return value
+
+
 def parse_object(raw: bytes | str | None) -> dict[str, Any]:
-    """The JSON object ``raw`` holds; raises :class:`ContractError` for anything else."""
+    """The JSON object a Kafka record holds; raises :class:`ContractError` (a dead-letter
+    reason) for anything else."""
     if raw is None:
         raise ContractError("empty record (no value)")
     if len(raw) > MAX_RECORD_BYTES:
         raise ContractError(f"record of {len(raw)} bytes is larger than {MAX_RECORD_BYTES}")
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")  # strict: no guessing UTF-16, no replacement characters
-        except UnicodeDecodeError as exc:
-            raise ContractError(f"not JSON: not UTF-8 (invalid byte at {exc.start})") from None
-    else:
-        text = raw
-    if too_deep(text):
-        raise ContractError(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(
-            text,
-            parse_constant=_refuse_constant,
-            parse_int=_bounded_int,
-            parse_float=_finite_float,
-        )
-    except RecursionError:  # cannot happen after the depth check; kept as the last guard
-        raise ContractError("not JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise ContractError(f"not JSON: {exc}") from None
+        data = read_json(raw)
+    except JsonRefused as refused:
+        raise ContractError(
+            f"JSON {refused.problem}" if refused.too_deep else f"not JSON: {refused.problem}"
+        ) from None
     if not isinstance(data, dict):
         raise ContractError("not a JSON object")
-    _check_content(data)
     return data
 
 
-# Strings (skipped whole, so brackets inside them do not count) or one bracket.
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+def _malformed(raw: bytes | str, message: str) -> str:
+    """msgspec's message as a phrase: it says where, and what it found there."""
+    message = message.removeprefix("JSON is malformed: ")
+    if message.startswith("Input data was truncated"):
+        return (
+            "it ends early: an unclosed string, array or object, or a \\u escape "
+            "without its second half (a lone surrogate)"
+        )
+    if message.startswith(("Number out of range", "Integer value out of range")):
+        # (msgspec's path names no key of an untyped object: `$[...][0]`)
+        return "a number is out of range (beyond a 64-bit float, or past 4,300 digits)"
+    position = _byte_position(message)
+    if message.startswith("invalid character") and position is not None:
+        near = raw[max(position - 1, 0) : position + 9]
+        found = near if isinstance(near, str) else near.decode("utf-8", "replace")
+        for constant in ("-Infinity", "Infinity", "NaN"):
+            if constant in found:
+                return f"{constant} is not a number JSON allows (byte {position})"
+    if "utf-16 surrogate pair" in message:
+        return f"a lone surrogate \\u escape, no character ({message})"
+    return message
 
 
-def too_deep(text: str) -> bool:
-    """Whether ``text`` nests deeper than :data:`MAX_DEPTH`. A text with no more brackets
-    than that cannot (two C-level counts); only the others are scanned, since the scan, a
-    regex match per string and bracket, costs as much as parsing a record."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return False
-    return nesting_depth(text) > MAX_DEPTH
+def _byte_position(message: str) -> int | None:
+    """The N of msgspec's ``(byte N)``, without a regular expression."""
+    head, found, tail = message.rpartition("(byte ")
+    digits = tail.removesuffix(")")
+    return int(digits) if found and head and digits.isdigit() and len(digits) < 10 else None
 
 
-def nesting_depth(text: str) -> int:
-    """The deepest bracket nesting of ``text``, counted in a loop (no recursion) that stops
-    as soon as the limit is passed."""
-    if "[" not in text and "{" not in text:
-        return 0
-    depth = deepest = 0
-    for match in _TOKENS.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_DEPTH:
-                    break
-        elif token in "]}":
-            depth -= 1
-    return deepest
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _bounded_int(digits: str) -> int:
-    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"integer of {len(digits)} digits is out of range")
-    return int(digits)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {bounded(text, 40)} is out of range")
-    return value
-
-
-def _check_content(data: dict[str, Any]) -> None:
-    """Field names short and printable, every text valid Unicode; a loop, not recursion."""
-    pending: list[Any] = [data]
+def _check(value: Any) -> None:
+    """Nesting, integers and field names, in one loop over what the parser built (no
+    recursion: the loop's stack is a list)."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
     while pending:
-        value = pending.pop()
-        if isinstance(value, dict):
-            for name, item in value.items():
-                if len(name) > MAX_NAME_LENGTH:
-                    raise ContractError(f"a field name of {len(name)} characters is too long")
-                if not name.isprintable():
-                    raise ContractError(f"field name {bounded(name, 60)} has control characters")
-                pending.append(item)
-        elif isinstance(value, list):
-            pending.extend(value)
-        elif isinstance(value, str) and not value.isascii() and not encodable(value):
-            raise ContractError("a text is not valid Unicode (lone surrogate)")
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            if depth >= MAX_DEPTH:
+                raise JsonRefused(_NESTED_TOO_DEEP)
+            for name, child in item.items():
+                _check_name(name)
+                if isinstance(child, dict | list):
+                    pending.append((child, depth + 1))
+                elif type(child) is int and not -_INT_BOUND < child < _INT_BOUND:
+                    raise JsonRefused(_int_out_of_range(child))
+        elif isinstance(item, list):
+            if depth >= MAX_DEPTH:
+                raise JsonRefused(_NESTED_TOO_DEEP)
+            for child in item:
+                if isinstance(child, dict | list):
+                    pending.append((child, depth + 1))
+                elif type(child) is int and not -_INT_BOUND < child < _INT_BOUND:
+                    raise JsonRefused(_int_out_of_range(child))
+        elif type(item) is int and not -_INT_BOUND < item < _INT_BOUND:
+            raise JsonRefused(_int_out_of_range(item))
+
+
+def _check_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH:
+        raise JsonRefused(f"a field name of {len(name)} characters is too long")
+    if not name.isprintable():
+        raise JsonRefused(f"field name {bounded(name, 60)} has control characters")
+
+
+def _int_out_of_range(value: int) -> str:
+    # At most 4,300 digits (msgspec refuses more), so str() is cheap.
+    return f"integer of {len(str(abs(value)))} digits is out of range"
 
 
 def encodable(text: str) -> bool:

@@ -8,8 +8,6 @@ FastAPI on its own answers an invalid UTF-8 body or a deeply nested one with a b
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -17,8 +15,8 @@ from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sagas.untrusted import MAX_DEPTH, nesting_depth, too_deep
-from services.api.errors import clip, error_response
+from sagas.untrusted import JsonRefused, read_json
+from services.api.errors import error_response
 
 
 class BodyTooLarge(HTTPException):
@@ -103,53 +101,12 @@ class NotJson(HTTPException):
 
 def parse_json(body: bytes) -> Any:
     """The body as JSON, or :class:`NotJson` naming the problem (encoding, syntax, nesting,
-    a non-finite or oversized number)."""
+    a non-finite or oversized number): the records' reader (linear in the body's length),
+    with the API's wording."""
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise NotJson(f"it is not UTF-8 (byte {exc.start} is invalid)") from exc
-    if too_deep(text):
-        depth = nesting_depth(text)
-        raise NotJson(f"it nests arrays and objects {depth} deep, more than {MAX_DEPTH}")
-    try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        raise NotJson(f"{exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
-    except ValueError as exc:  # an integer with more digits than Python converts
-        raise NotJson(clip(str(exc))) from exc
-    except RecursionError as exc:  # nesting_depth bounds the depth; this is a backstop
-        raise NotJson("it nests too deep") from exc
-    _no_lone_surrogates(value)
-    return value
-
-
-def _no_lone_surrogates(value: Any) -> None:
-    """``"\\ud800"`` is valid JSON but no character: it could not be written to Kafka as
-    UTF-8 (RFC 7493, I-JSON, forbids it). The recursion is bounded by MAX_DEPTH."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _no_lone_surrogates(key)
-            _no_lone_surrogates(item)
-    elif isinstance(value, list):
-        for item in value:
-            _no_lone_surrogates(item)
-    elif isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            code = ord(value[exc.start])
-            raise NotJson(f"a string holds \\u{code:04x}: a lone surrogate, no character") from exc
-
-
-def _no_constant(name: str) -> Any:
-    raise NotJson(f"{name} is not a JSON number")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise NotJson(f"the number {clip(literal, 40)} is too large")
-    return value
+        return read_json(body)
+    except JsonRefused as refused:
+        raise NotJson(f"it is {refused.problem}" if refused.too_deep else refused.problem) from None
 
 
 class StrictJsonRequest(Request):

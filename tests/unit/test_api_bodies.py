@@ -12,8 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from runtime.settings import Settings
+from sagas.untrusted import MAX_DEPTH
 from services.api.app import create_api
-from services.api.body import MAX_DEPTH, BodyLimit, NotJson, parse_json
+from services.api.body import BodyLimit, NotJson, parse_json
 from services.api.requests import LineRequest, OrderRequest, StockRequest
 from services.keys import ensure_local_key
 
@@ -23,15 +24,19 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     ("body", "why"),
     [
-        (b"[" * 100_000, f"nests arrays and objects {MAX_DEPTH + 1} deep"),
+        (b"[" * 100_000, f"it is nested deeper than {MAX_DEPTH} levels"),
+        (b"[" * 40 + b"]" * 40, f"it is nested deeper than {MAX_DEPTH} levels"),
         (b'{"a": ' * 100_000, "deep"),
-        (b'"\xc3\x28"', "not UTF-8 (byte 1 is invalid)"),
-        (b"NaN", "NaN is not a JSON number"),
-        (b"-Infinity", "-Infinity is not a JSON number"),
-        (b"1e400", "the number 1e400 is too large"),
-        (b"9" * 5000, "digits"),
-        (b'["\\udc00"]', "\\udc00: a lone surrogate"),
-        (b'{"a": 1,}', "Expecting property name enclosed in double quotes at line 1"),
+        (b'"\xc3\x28"', "not UTF-8 (invalid byte at 1)"),
+        (b"NaN", "NaN is not a number JSON allows (byte 0)"),
+        (b"-Infinity", "-Infinity is not a number JSON allows"),
+        (b"1e400", "a number is out of range"),
+        (b'{"a": [1e400]}', "a number is out of range"),
+        (b"9" * 5000, "a number is out of range"),
+        (b"9" * 40, "integer of 40 digits is out of range"),
+        (b'["\\udc00"]', "a lone surrogate \\u escape"),
+        (b'["\\ud800"]', "a lone surrogate"),
+        (b'{"a": 1,}', "trailing comma in object (byte 8)"),
     ],
 )
 def test_parse_json_refuses_with_a_sentence_naming_the_problem(body: bytes, why: str) -> None:

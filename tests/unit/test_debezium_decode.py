@@ -163,7 +163,8 @@ _DELETE = object()
     [
         (b"\xff\xfe", "not UTF-8"),
         ("[1, 2]", "not a JSON object"),
-        ("{" * 5000, "nested deeper"),
+        ('{"a":' * 5000 + "1" + "}" * 5000, "nested deeper"),
+        ("{" * 5000, "object keys must be strings"),
         ("{}", "no `source`"),
         (_a_change(op="x"), "unknown op"),
         (_a_change(op="t"), "unknown op"),  # a TRUNCATE event: not an action we map
