@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sagas.untrusted import bounded
+from sagas.untrusted import JsonRefused, bounded, read_json
 
 DEFAULT_INLINE_MAX_BYTES = 256 * 1024
 """Two parts this large (key and value), base64 or JSON escapes included, plus the rest of
@@ -98,7 +98,12 @@ class DeadLetter:
 
     @staticmethod
     def decode(raw: bytes) -> dict[str, Any]:
-        return dict(json.loads(raw))
+        """A letter read back (from a topic anyone with access may write to): through the
+        reader of untrusted bytes; raises :class:`JsonRefused` for what is not an object."""
+        letter = read_json(raw)
+        if not isinstance(letter, dict):
+            raise JsonRefused("a dead letter is a JSON object")
+        return letter
 
 
 def _text(raw: bytes) -> str:
