@@ -58,6 +58,13 @@ above asks of a key. The chunks a record stops reading are deleted by the key's 
 (when no stored record can read them any more); a key never written again keeps those of
 its last batch, a few at most.
 
+A record Kafka would refuse is never sent: a decision whose outbound message is over
+``SAGALINE_MAX_MESSAGE_BYTES``, or whose state would be a changelog record over
+:data:`MAX_STATE_BYTES`, is not applied; its input is dead-lettered with the reason and the
+key keeps its state from before it (a batch whose store failed that way would be retried
+forever, its partition stopped). Only states that are stored are measured: a key's last of
+the batch, once, before anything is sent.
+
 Decoded states stay in a :class:`~services.worker.state_cache.StateCache` between batches;
 it is filled only from what the table returned or after a write returned, so a decision
 never sees a state the table does not hold.
@@ -87,6 +94,13 @@ from services.worker.positions import InputPositions, Plan
 from services.worker.state_cache import StateCache
 
 log = logging.getLogger(__name__)
+
+MAX_STATE_BYTES = 1_000_000 - 1_024
+"""The largest changelog record (key and value) a state may be stored as: the producer's
+max request size (Faust's ``producer_max_request_size``, 1,000,000 bytes, which the worker
+keeps; the broker's default max message size, 1,048,588, is larger) less a record batch's
+framing (under 100 bytes) with margin. A larger one would be refused on every retry of its
+batch, and the partition would stop."""
 
 _TAILS_ONLY = {PARTIAL: True}
 """Decoding for the deadline scan: a record's deadlines, without its histories' chunks."""
@@ -188,6 +202,7 @@ class ProcessRunner:
     first_offset: FirstOffset = _cannot_tell
     monotonic: Callable[[], float] = time.monotonic
     max_message_bytes: int = MAX_RECORD_BYTES
+    max_state_bytes: int = MAX_STATE_BYTES
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
     state_cache_keys: int = 2_000
 
@@ -270,36 +285,25 @@ class ProcessRunner:
         self._count_transit(batch)
         plan = self.positions.plan(batch, self.monotonic())
         generation = self.states.generation
-        fresh: dict[str, Record[Any]] = {}
-        stored: dict[str, Record[Any] | None] = {}  # each key's state in the table
-        partitions: dict[str, int] = {}
-        outbound: list[_Encoded] = []
-        dead: list[DeadLetter] = []
         now = self.clock()
         started = time.perf_counter()
-        applied: list[_Decided] = []
-        duplicates = 0
-        for record in plan.admitted(batch):
-            result = self._decide(record, fresh, stored, now, dead)
-            if result is not None and not result.result.changed:
-                duplicates += 1
-            if result is None or not result.result.changed:
-                continue
-            encoded = [self._encode(o) for o in result.result.outbound]
-            if too_large := self._too_large(encoded):
-                dead.append(self._letter(record, too_large))
-                continue
-            applied.append(result)
-            fresh[result.record_key] = result.result.record
-            partitions[result.record_key] = record.partition
-            outbound.extend(encoded)
-        decided = time.perf_counter()
-        await self._publish(outbound, dead)
+        decided = self._decide_batch(plan.admitted(batch), now, check_states=False)
+        decided_at = time.perf_counter()
+        states = self._state_writes(decided)
+        if states is None:
+            # A key's state would not fit its changelog record: decide the batch again,
+            # checking each decision's state, so the record that made it too large is
+            # dead-lettered and the key's later records are decided on the state before it
+            # (rare, so the common path encodes each key's state once per batch, not once
+            # per decision). Nothing was sent yet; the decisions are pure, so the second
+            # pass decides the others exactly as the first did.
+            decided = self._decide_batch(plan.admitted(batch), now, check_states=True)
+            states = self._state_writes(decided)
+            assert states is not None, "every applied state was checked"
+        fresh, partitions = decided.fresh, decided.partitions
+        encoded_at = time.perf_counter()  # encoding the states counts as storing them
+        await self._publish(decided.outbound, decided.dead)
         published = time.perf_counter()
-        states: list[StateWrite] = []
-        for key, rec in fresh.items():
-            fresh[key], writes = rec.writes(key, stored[key])
-            states += [StateWrite(k, v, partitions[key]) for k, v in writes]
         try:
             await self.table.write(states, self._positions_to_store(plan, batch))
         except BaseException:
@@ -311,9 +315,11 @@ class ProcessRunner:
             self.states.put(key, partitions[key], rec, generation)
         self._count_skipped(plan)
         # Served once stored: a failed batch is retried, and counted then (the JSON counters
-        # above count at decide time, retries included).
-        self.metrics.prom.count_batch(self.process.name, len(applied), duplicates, len(dead))
-        for done in applied:
+        # above count at decide time, retries and a second pass included).
+        self.metrics.prom.count_batch(
+            self.process.name, len(decided.applied), decided.duplicates, len(decided.dead)
+        )
+        for done in decided.applied:
             self.metrics.prom.observe(
                 self.process.name,
                 self.process.entity_type,
@@ -327,9 +333,63 @@ class ProcessRunner:
         name = self.process.name
         self.metrics.inc(name, "batches")
         self.metrics.inc(name, "records", len(batch))
-        self.metrics.add_time(name, "decide", decided - started)
-        self.metrics.add_time(name, "publish", published - decided)
-        self.metrics.add_time(name, "store", time.perf_counter() - published)
+        self.metrics.add_time(name, "decide", decided_at - started)
+        self.metrics.add_time(name, "publish", published - encoded_at)
+        stored_s = time.perf_counter() - published + encoded_at - decided_at
+        self.metrics.add_time(name, "store", stored_s)
+
+    def _decide_batch(
+        self, records: Iterable[Incoming], now: datetime, check_states: bool
+    ) -> _BatchDecisions:
+        """Each record decided on its key's freshest state. A decision whose message or
+        (with ``check_states``) whose state would be too large is not applied: its record
+        is dead-lettered."""
+        b = _BatchDecisions()
+        for record in records:
+            result = self._decide(record, b.fresh, b.stored, now, b.dead)
+            if result is not None and not result.result.changed:
+                b.duplicates += 1
+            if result is None or not result.result.changed:
+                continue
+            encoded = [self._encode(o) for o in result.result.outbound]
+            too_large = self._too_large(encoded)
+            if too_large is None and check_states:
+                key = result.record_key
+                too_large = self._state_too_large(key, result.result.record, b.stored[key])
+            if too_large:
+                b.dead.append(self._letter(record, too_large))
+                continue
+            b.applied.append(result)
+            b.fresh[result.record_key] = result.result.record
+            b.partitions[result.record_key] = record.partition
+            b.outbound.extend(encoded)
+        return b
+
+    def _state_writes(self, b: _BatchDecisions) -> list[StateWrite] | None:
+        """The writes that store each key's last state (None: one would be too large for
+        its changelog record). Notes in ``b.fresh`` each record as it will be stored."""
+        states: list[StateWrite] = []
+        for key, rec in b.fresh.items():
+            b.fresh[key], writes = rec.writes(key, b.stored[key])
+            if _largest_write(writes)[1] > self.max_state_bytes:
+                return None
+            states += [StateWrite(k, v, b.partitions[key]) for k, v in writes]
+        return states
+
+    def _state_too_large(
+        self, key: str, record: Record[Any], stored: Record[Any] | None
+    ) -> str | None:
+        """A state too large for the changelog would make Kafka refuse the batch's store
+        on every retry and stop the partition: the decision that made it is not applied."""
+        name, size = _largest_write(record.writes(key, stored)[1])
+        if size <= self.max_state_bytes:
+            return None
+        self.metrics.inc(self.process.name, "state_too_large")
+        return (
+            f"the state of {key!r} it would leave would be a {size}-byte changelog record "
+            f"({name!r}), over the {self.max_state_bytes}-byte limit of one; nothing of it "
+            "was applied"
+        )
 
     def _count_transit(self, batch: Sequence[Incoming]) -> None:
         """How long records took from their producer's send to this batch: the broker round
@@ -445,6 +505,27 @@ class ProcessRunner:
         await asyncio.gather(*futures)
         self.metrics.inc(self.process.name, "sent", len(outbound))
         self.metrics.inc(self.process.name, "dead_lettered", len(dead))
+
+
+def _largest_write(writes: Sequence[tuple[str, bytes | None]]) -> tuple[str, int]:
+    """The key and size (key and value) of the largest of a key's writes."""
+    sizes = [(k, len(k.encode()) + len(v)) for k, v in writes if v is not None]
+    return max(sizes, key=lambda ks: ks[1], default=("", 0))
+
+
+@dataclass
+class _BatchDecisions:
+    """What deciding a batch's records produced, before anything is sent or stored."""
+
+    fresh: dict[str, Record[Any]] = field(default_factory=dict)
+    """Each key's latest state."""
+    stored: dict[str, Record[Any] | None] = field(default_factory=dict)
+    """Each key's state in the table."""
+    partitions: dict[str, int] = field(default_factory=dict)
+    outbound: list[_Encoded] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    applied: list[_Decided] = field(default_factory=list)
+    duplicates: int = 0
 
 
 @dataclass(frozen=True)

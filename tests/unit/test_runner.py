@@ -7,18 +7,22 @@ import dataclasses
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from runtime.settings import Settings
 from sagas.contracts import ledger as lc
 from sagas.machinery.history import is_chunk_key
 from sagas.messages import Envelope
 from sagas.participants.ledger import CapacityLedger
 from services.worker.deadletter import DeadLetter
 from services.worker.deadlines import DeadlineIndex
+from services.worker.faust_app import create_app
 from services.worker.metrics import Metrics
-from services.worker.runner import DictTable, Incoming, ProcessRunner
+from services.worker.runner import MAX_STATE_BYTES, DictTable, Incoming, ProcessRunner
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -281,3 +285,80 @@ async def test_the_deadline_scan_skips_chunks_and_reads_chunked_records() -> Non
     await r.rebuild_deadlines(table.items(), time.monotonic())
     assert r.last_deadline_scan == (1, 1)  # p1 only, decoded without its chunks
     assert [key for key, _ in r.deadlines.pop_due(T0 + timedelta(minutes=2))] == ["p1"]
+
+
+def reserve(n: int, key: str = "p1") -> Incoming:
+    return incoming(lc.Reserve(reservation_id=f"o{n}:{key}", quantity=1, ttl_seconds=60), key, n)
+
+
+async def test_decisions_whose_state_is_too_large_are_dead_lettered_and_the_stream_goes_on() -> (
+    None
+):
+    # 650 bytes lets p1's record hold two holds (~576 bytes), not three (~726).
+    kafka, table = FakeKafka(), RecordingTable()
+    r = dataclasses.replace(runner(kafka, table), max_state_bytes=650)
+    batch = [
+        incoming(lc.SetCapacity(on_hand=10), "p1", 0),
+        reserve(1),
+        reserve(2),
+        reserve(3),  # a third hold: too large
+        reserve(4),  # decided on the state before o3: too large as well
+        incoming(lc.Confirm(reservation_id="o1:p1"), "p1", 5),
+        incoming(lc.SetCapacity(on_hand=5), "p2", 6),
+    ]
+    await r.handle_batch(batch)
+    letters = [DeadLetter.decode(v) for t, _, v in kafka.sent if t == "t.deadletter"]
+    assert [letter["offset"] for letter in letters] == [3, 4]
+    assert "would be a 726-byte changelog record ('p1'), over the 650-byte limit" in str(
+        letters[0]["reason"]
+    )
+    replies = [Envelope.decode(v) for t, _, v in kafka.sent if t == "t.order-saga"]
+    assert [(e.type, e.saga_id) for e in replies] == [
+        ("ledger.CapacitySet", "o0"),
+        ("ledger.Reserved", "o1"),
+        ("ledger.Reserved", "o2"),
+        ("ledger.Confirmed", "o5"),  # the Confirm of o1, sent as record 5 (`incoming`)
+        ("ledger.CapacitySet", "o6"),
+    ]
+    p1 = r._codec.decode("p1", table["p1"], table.get).state
+    assert (list(p1.holds), list(p1.closed)) == (["o2:p1"], ["o1:p1"])
+    # Stored with the batch's position past every record: nothing is retried.
+    assert table.writes == [(["p1", "p2"], {("t.inventory", 0): 7})]
+    assert all(len(k) + len(v) <= 650 for k, v in table.items())
+    assert r.metrics.snapshot()["inventory.state_too_large"] == 2
+
+
+async def test_a_state_too_large_in_the_middle_of_a_batch_is_never_stored_so_it_is_fine() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = dataclasses.replace(runner(kafka, table), max_state_bytes=650)
+    confirm = incoming(lc.Confirm(reservation_id="o1:p1"), "p1", 4)
+    await r.handle_batch(
+        [incoming(lc.SetCapacity(on_hand=10), "p1", 0), reserve(1), reserve(2), reserve(3), confirm]
+    )
+    assert "t.deadletter" not in {t for t, _, _ in kafka.sent}
+    p1 = r._codec.decode("p1", table["p1"], table.get).state
+    assert list(p1.holds) == ["o2:p1", "o3:p1"]
+
+
+async def test_a_state_too_large_in_a_later_batch_leaves_the_stored_state_as_it_was() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = dataclasses.replace(runner(kafka, table), max_state_bytes=650)
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=10), "p1", 0), reserve(1), reserve(2)])
+    before = table["p1"]
+    kafka.sent.clear()
+    await r.handle_batch([reserve(3)])
+    assert [t for t, _, _ in kafka.sent] == ["t.deadletter"]
+    assert table["p1"] == before
+    assert table.positions == {("t.inventory", 0): 4}
+    await r.handle_batch([incoming(lc.Confirm(reservation_id="o2:p1"), "p1", 4)])
+    assert Envelope.decode(kafka.sent[-1][2]).type == "ledger.Confirmed"
+
+
+def test_the_state_limit_fits_the_workers_producer_request_size(tmp_path: Path) -> None:
+    # aiokafka refuses a record whose framed size is over the producer's max request size
+    # (Faust's setting): a state at the runner's limit must pass it.
+    app, _ = create_app(Settings(data_dir=tmp_path, store="memory"), [])
+    key = b"k" * 200
+    value = b"v" * (MAX_STATE_BYTES - len(key))
+    framed = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+    assert framed <= app.conf.producer_max_request_size == 1_000_000
