@@ -177,6 +177,27 @@ def shapes(max_kib: int) -> st.SearchStrategy[Shape]:
     return build()
 
 
+REVIEW_SHAPES = {
+    # The security review's request body: an unterminated string of escaped quotes after
+    # more brackets than the old depth scan let through unscanned (quadratic there).
+    "escaped quotes after 33 brackets": Shape("[]" * 33 + '"', '\\"', 0, ""),
+    "escaped quotes in an envelope's key": Shape('{"message_id":"m","key":"', '\\"', 0, ""),
+    "opened brackets": Shape("", "[", 0, ""),
+    "opened objects": Shape("", '{"a":', 0, ""),
+    "digits": Shape("[", "9", 0, "]"),
+    "many keys": Shape("{", '"k":1,', 0, '"z":1}'),
+    "long escapes": Shape('"', "\\u00e9", 0, '"'),
+}
+"""The worst shapes known before the harness ran, as runs to fill (:func:`filled`)."""
+
+
+def filled(shape: Shape, size: int) -> Shape:
+    """``shape`` with its run repeated up to ``size`` bytes."""
+    unit = len(_encode(shape.unit))
+    count = (size - len(_encode(shape.prefix)) - len(_encode(shape.suffix))) // unit
+    return Shape(shape.prefix, shape.unit, count, shape.suffix)
+
+
 # --- running one input -------------------------------------------------------------------
 
 

@@ -7,29 +7,20 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from faults.fuzz import DECODERS, FIXED_MS, PER_KIB_MS, Shape, load_corpus, run_one, shapes
+from faults.fuzz import (
+    DECODERS,
+    FIXED_MS,
+    PER_KIB_MS,
+    REVIEW_SHAPES,
+    Shape,
+    filled,
+    load_corpus,
+    run_one,
+    shapes,
+)
 from sagas.untrusted import MAX_RECORD_BYTES
 
 pytestmark = pytest.mark.unit
-
-ISSUE_SHAPES = {
-    # The security review's request body: an unterminated string of escaped quotes after
-    # more brackets than the old depth scan let through unscanned (quadratic there).
-    "escaped quotes after 33 brackets": Shape("[]" * 33 + '"', '\\"', 0, ""),
-    "escaped quotes in an envelope's key": Shape('{"message_id":"m","key":"', '\\"', 0, ""),
-    "opened brackets": Shape("", "[", 0, ""),
-    "opened objects": Shape("", '{"a":', 0, ""),
-    "digits": Shape("[", "9", 0, "]"),
-    "many keys": Shape("{", '"k":1,', 0, '"z":1}'),
-    "long escapes": Shape('"', "\\u00e9", 0, '"'),
-}
-
-
-def _filled(shape: Shape, size: int) -> Shape:
-    """``shape`` with its run repeated up to ``size`` bytes."""
-    unit = len(shape.unit.encode())
-    count = (size - len(shape.prefix.encode()) - len(shape.suffix.encode())) // unit
-    return Shape(shape.prefix, shape.unit, count, shape.suffix)
 
 
 def _assert_in_bound(decoder: str, raw: bytes) -> None:
@@ -42,11 +33,11 @@ def _assert_in_bound(decoder: str, raw: bytes) -> None:
 
 @pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("size", [64 * 1024, MAX_RECORD_BYTES])
-@pytest.mark.parametrize("shape", ISSUE_SHAPES.values(), ids=ISSUE_SHAPES.keys())
+@pytest.mark.parametrize("shape", REVIEW_SHAPES.values(), ids=REVIEW_SHAPES.keys())
 def test_the_reviews_worst_shapes_are_decided_in_linear_time(
     decoder: str, size: int, shape: Shape
 ) -> None:
-    _assert_in_bound(decoder, _filled(shape, size).expand())
+    _assert_in_bound(decoder, filled(shape, size).expand())
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
