@@ -203,10 +203,19 @@ def create_app(
         # the setting, loopback unless told otherwise.
         web_bind=settings.worker_web_host,
         web_host=settings.worker_web_host,
+        # Faust's own views are off: /table/<table>/<key>/ served any saga's or participant's
+        # stored state, /router/ the cluster's layout, /graph/ and / its internals, to
+        # whoever reaches the port (it has no key). It serves Sagaline's pages only.
+        web_tables_enabled=False,
+        web_router_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
         table_cleanup_interval=3600.0,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=settings.session_timeout_s / 4,
     )
+    _without_faust_views(app)
     metrics = metrics or Metrics()
     # One budget for every table partition this process opens (rocksdb_budget).
     budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None
@@ -218,6 +227,17 @@ def create_app(
     _register_deadline_timer(app, settings, runners)
     _register_metrics(app, settings, metrics, runners)
     return app, runners
+
+
+def _without_faust_views(app: faust.App) -> None:
+    """Drop what Faust would still mount with its views' settings off: its "production
+    index" at / (no setting turns it off), and any view a later Faust adds by default."""
+    blueprints = app.web.blueprints
+    blueprints._enabled = [
+        (prefix, bp)
+        for prefix, bp in blueprints._enabled
+        if not (isinstance(bp, str) and bp.startswith("faust."))
+    ]
 
 
 def _register(
