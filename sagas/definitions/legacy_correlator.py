@@ -12,6 +12,12 @@ rows (:func:`classify`) into the transaction's business events and sends each, a
 parts of an action that spanned several transactions and is the only stage that
 publishes. Nothing is published here.
 
+A transaction's rows are held in its state until it closes, up to :data:`MAX_HELD_BYTES`:
+a bulk statement (``UPDATE school.student ...`` of thousands of rows) is handled in chunks,
+never stored whole (see :meth:`LegacyCorrelator._row` for what a chunk yields). The
+positions it remembers are a history stored in chunks beside the key's record
+(:mod:`sagas.machinery.history`), so the record stays small however many rows it saw.
+
 A row that arrives after its transaction closed (a late record beyond the window) is
 classified alone and sent at once: stage 2 still merges it with the rest of its action
 while that is unpublished (see there for what a later one yields). Snapshot rows
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sagas.contracts.legacy import (
     ActionPart,
@@ -50,6 +56,7 @@ from sagas.contracts.legacy import (
 )
 from sagas.definitions.legacy_actions import action_key
 from sagas.ids import derive_id
+from sagas.machinery.history import History
 from sagas.machinery.process import Command, Context, Decision
 from sagas.messages import MAX_KEY_LENGTH, Message
 
@@ -57,6 +64,18 @@ WINDOW_DEADLINE = "window"
 EXPIRE_DEADLINE = "expire"
 MAX_POSITIONS = 10_000
 """Positions a transaction's state remembers (its rows); a legacy action has a handful."""
+MAX_HELD_BYTES = 256 * 1024
+"""The rows an open transaction holds, as stored (JSON), before they are sent as a chunk.
+
+Why this size: the key's record must stay a changelog record Kafka takes (the runner's
+``MAX_STATE_BYTES``, just under 1 MB; a larger one would stop the partition), and under
+``SAGALINE_MAX_MESSAGE_BYTES`` (512 KiB) too. The record holds at most these 256 KiB of
+rows (a chunk is sent with the row that passed them), the tails of its two histories
+(positions and seen ids: fewer than 32 entries each, under 80 KB even for 400-character
+positions escaped six-fold) and a few counters and deadlines: under 340 KiB, a third of the
+changelog's limit. Larger chunks would buy little (a chunk is hundreds of rows: a legacy row
+is ~0.5 KB, at most ~30 KB) and cost more per batch (the record is rewritten with every batch
+while its transaction is open); smaller ones would split bulk actions more often."""
 
 
 def correlation_key(change: RowChanged) -> str:
@@ -77,9 +96,14 @@ class TransactionState(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     rows: tuple[RowChanged, ...] = ()
-    """Rows collected while the transaction is open."""
-    positions: tuple[str, ...] = ()
-    """Every position processed (open or closed): the dedupe of redelivered rows."""
+    """Rows collected while the transaction is open (since its last chunk was sent)."""
+    held_bytes: int = 0
+    """The size of ``rows`` as stored."""
+    sent_rows: int = 0
+    """Rows of the open transaction already sent in chunks."""
+    positions: History[None] = Field(default_factory=History)
+    """Every position processed (open or closed): the dedupe of redelivered rows. Records
+    written before it was a history hold a list, read as one."""
     expected: int | None = None
     """Change events of the transaction, once its END record arrived."""
     status: Literal["empty", "open", "closed"] = "empty"
@@ -126,10 +150,11 @@ class LegacyCorrelator:
         self, state: TransactionState, name: str, ctx: Context
     ) -> Decision[TransactionState]:
         if name == EXPIRE_DEADLINE:
+            reset = _reset(state)
             if state.status == "open":  # never before the window; closed first all the same
                 closed = self._close(state)
-                return Decision(TransactionState(), closed.send, (), {}, closed.clear_deadlines)
-            return Decision(TransactionState())
+                return Decision(reset, closed.send, (), {}, closed.clear_deadlines)
+            return Decision(reset)
         if name != WINDOW_DEADLINE or state.status != "open":
             return Decision(state)
         return self._close(state)
@@ -137,9 +162,24 @@ class LegacyCorrelator:
     def _row(
         self, state: TransactionState, change: RowChanged, ctx: Context
     ) -> Decision[TransactionState]:
+        """Hold ``change`` in its open transaction; a transaction whose rows pass
+        :data:`MAX_HELD_BYTES` sends the rows it holds as a chunk, and stays open.
+
+        A chunk is handled as if the legacy application had committed its rows as a
+        transaction of their own: classified alone, each business event sent to stage 2 as
+        a part, whose id derives from the chunk's positions (the same rows replayed make the
+        same chunk). Stage 2 merges what an action spread over transactions (a creation and
+        its enrollment on the student's key, a course's creation through its claim), so an
+        action a chunk boundary splits is still one event, within stage 2's hold. What a
+        boundary can change: a row changed on both sides of it yields an event per side
+        (each from its before to its after image), and a link moved whose delete and create
+        fall on either side is an ``EnrollmentDropped`` and a ``StudentEnrolled``, not one
+        ``EnrollmentChanged``. A bulk update of students or courses, the usual bulk
+        statement, yields one event per row, whole or in chunks alike. The rest of the
+        transaction closes as before: on its END record's count, or its window."""
         if change.position in state.positions:
             return Decision(state)  # redelivered
-        positions = (*state.positions, change.position)[-MAX_POSITIONS:]
+        positions = state.positions.put(change.position, None).prune(keep=MAX_POSITIONS)
         if change.snapshot:
             parts = self._parts((change,)) if self.snapshot_events else ()
             return Decision(state.model_copy(update={"positions": positions}), send=parts)
@@ -147,24 +187,35 @@ class LegacyCorrelator:
             late = state.model_copy(update={"positions": positions})
             return Decision(late, send=self._parts((change,)))
         opened = state.model_copy(
-            update={"rows": (*state.rows, change), "positions": positions, "status": "open"}
+            update={
+                "rows": (*state.rows, change),
+                "held_bytes": state.held_bytes + _stored_size(change),
+                "positions": positions,
+                "status": "open",
+            }
         )
-        if opened.expected is not None and len(opened.rows) >= opened.expected:
+        if opened.expected is not None and _received(opened) >= opened.expected:
             return self._close(opened)
-        if state.status == "empty":
-            return Decision(opened, set_deadlines={WINDOW_DEADLINE: ctx.now + self.window})
-        return Decision(opened)
+        window = {WINDOW_DEADLINE: ctx.now + self.window} if state.status == "empty" else {}
+        if opened.held_bytes > MAX_HELD_BYTES:
+            chunk = opened.model_copy(
+                update={"rows": (), "held_bytes": 0, "sent_rows": _received(opened)}
+            )
+            return Decision(chunk, send=self._parts(opened.rows), set_deadlines=window)
+        return Decision(opened, set_deadlines=window)
 
     def _ended(self, state: TransactionState, end: TransactionEnded) -> Decision[TransactionState]:
         if state.status == "closed" or state.expected is not None:
             return Decision(state)
         known = state.model_copy(update={"expected": end.event_count})
-        if state.status == "open" and len(state.rows) >= end.event_count:
+        if state.status == "open" and _received(state) >= end.event_count:
             return self._close(known)
         return Decision(known)
 
     def _close(self, state: TransactionState) -> Decision[TransactionState]:
-        closed = state.model_copy(update={"rows": (), "status": "closed"})
+        closed = state.model_copy(
+            update={"rows": (), "held_bytes": 0, "sent_rows": 0, "status": "closed"}
+        )
         return Decision(
             closed,
             send=self._parts(state.rows),
@@ -186,6 +237,23 @@ class LegacyCorrelator:
             )
             for i, event in enumerate(classify(changes))
         )
+
+
+def _received(state: TransactionState) -> int:
+    """Rows of the open transaction processed: sent in chunks, and held."""
+    return state.sent_rows + len(state.rows)
+
+
+def _stored_size(change: RowChanged) -> int:
+    """What holding ``change`` adds to the stored state: its JSON and a comma."""
+    return len(change.model_dump_json()) + 1
+
+
+def _reset(state: TransactionState) -> TransactionState:
+    """The initial state, its positions history emptied rather than replaced: it keeps
+    counting where its stored chunks are, so that they are deleted (by the key's next
+    write, or with the key when it retires), not orphaned."""
+    return TransactionState(positions=state.positions.prune(expired=lambda _: True))
 
 
 def classify(changes: tuple[RowChanged, ...]) -> tuple[BusinessEvent, ...]:
