@@ -252,6 +252,29 @@ class Settings(BaseSettings):
         False,
         description="FastAPI's built-in OpenTelemetry spans, metrics and logs, for a process with an OpenTelemetry SDK configured; off: a request skips the provider check (Sagaline reports through /metrics)",
     )
+    console_session_idle_s: float = Field(
+        1800.0,
+        gt=0,
+        description="A console session unused this long is ended (the operator logs in again)",
+    )
+    console_session_max_s: float = Field(
+        43200.0,
+        gt=0,
+        description="A console session ends this long after its login, however busy",
+    )
+    console_sessions_max: int = Field(
+        1000,
+        ge=1,
+        description="Most open console sessions; a login past it ends the least recently used",
+    )
+    console_sessions_dir: Path = Field(
+        Path(".local/console-sessions"),
+        description="Where the API keeps console sessions (a file per session: key id, scopes, form token; never the key), shared by the processes of SAGALINE_API_WORKERS; relative to the working directory",
+    )
+    console_cookie_secure: bool | None = Field(
+        None,
+        description="Mark the console's cookie `Secure` (sent over https only); unset: on unless SAGALINE_API_HOST is a loopback address",
+    )
 
     projector_batch_size: int = Field(
         2000,

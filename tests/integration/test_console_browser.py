@@ -138,8 +138,9 @@ def browse(settings: Settings, declined: str, redriven: str) -> None:
         shot(driver, "02-login-refused")
         driver.find_element(By.ID, "api_key").send_keys(api_key(settings) + Keys.ENTER)
         until(lambda: driver.current_url == f"{base}/console")
-        cookie = driver.get_cookie("sagaline_console")
+        cookie = driver.get_cookie(session.COOKIE)
         assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert api_key(settings) not in cookie["value"]  # a session id, never the key
         until(lambda: "caught up" in text_of(driver, "main"), timeout=60, every=1)
         shot(driver, "03-overview")
 
@@ -199,6 +200,17 @@ def browse(settings: Settings, declined: str, redriven: str) -> None:
         forced = driver.find_element(By.CSS_SELECTOR, "button.danger")
         assert "force" in forced.text
 
+        # Logging out ends the session on the server: the old cookie, put back, opens nothing.
+        old = driver.get_cookie(session.COOKIE)
+        assert old is not None
+        driver.find_element(By.CSS_SELECTOR, "form[action='/console/logout'] button").click()
+        until(lambda: driver.current_url == f"{base}/console/login")
+        assert driver.get_cookie(session.COOKIE) is None
+        driver.add_cookie({k: old[k] for k in ("name", "value", "path")})
+        driver.get(f"{base}/console")
+        assert driver.current_url == f"{base}/console/login"
+        shot(driver, "12-logged-out-old-cookie")
+
     with chromium(phone=True) as phone:
         phone.get(f"{base}/console/login")
         phone.find_element(By.ID, "api_key").send_keys(api_key(settings) + Keys.ENTER)
@@ -228,7 +240,9 @@ async def _second_redrive_refused_unless_forced(settings: Settings) -> None:
         key = api_key(settings)
         logged_in = await client.post("/console/login", data={"api_key": key})
         assert logged_in.status_code == 303
-        token = session.form_token(key)
+        assert key not in logged_in.headers["set-cookie"]  # a session id, never the key
+        page = (await client.get("/console/deadletters")).text
+        token = page.split('name="form_token" value="')[1].split('"')[0]
         again = await client.post("/console/deadletters/0/redrive", data={"form_token": token})
         assert again.status_code == 409, again.text
         assert "was re-driven at" in again.text and "--force" in again.text

@@ -3,8 +3,9 @@ login (cookie flags, wrong keys, scopes), the form checks on every POST, hostile
 searches (a 4xx page with a sentence, everything escaped), and what each page shows from
 rows written with the read side's own store functions.
 
-The dead-letter pages read the broker: tests/integration/test_console_browser.py drives
-them against the real one (the re-drive itself is about Kafka, so it is not faked here)."""
+Sessions, their expiry and revocation: tests/unit/test_console_sessions.py. The dead-letter
+page over a counting fake of the topic: tests/unit/test_console_deadletters.py; against the
+real broker: tests/integration/test_console_browser.py."""
 
 from __future__ import annotations
 
@@ -53,7 +54,9 @@ class NoEnds:
 class Console:
     def __init__(self, tmp: Path, **overrides: Any) -> None:
         self.keys = tmp / "api-keys"
-        self.settings = Settings(api_keys_file=self.keys, **overrides)
+        self.settings = Settings(
+            api_keys_file=self.keys, console_sessions_dir=tmp / "sessions", **overrides
+        )
         self.app = create_api(self.settings, bus=object())  # type: ignore[arg-type]
         url = f"sqlite:///{tmp / 'read.db'}"
         upgrade(url)
@@ -73,11 +76,20 @@ class Console:
         )
 
     @asynccontextmanager
-    async def logged_in(self, *scopes: str) -> AsyncIterator[httpx.AsyncClient]:
-        async with self.client() as client:
+    async def logged_in(
+        self, *scopes: str, origin: str = "http://console.test"
+    ) -> AsyncIterator[httpx.AsyncClient]:
+        async with self.client(origin) as client:
             response = await client.post("/console/login", data={"api_key": self.key(*scopes)})
             assert response.status_code == 303, response.text
             yield client
+
+
+async def form_token(client: httpx.AsyncClient) -> str:
+    """The form token the console's pages carry for this client's session (the logout form
+    is on every page)."""
+    page = (await client.get("/console/login")).text
+    return page.split('name="form_token" value="')[1].split('"')[0]
 
 
 @pytest.fixture
@@ -168,7 +180,7 @@ async def test_pages_send_a_visitor_without_a_key_to_the_login_page(console: Con
         assert 'type="password"' in page.text and 'name="api_key"' in page.text
 
 
-async def test_login_keeps_the_key_in_a_strict_httponly_cookie_never_in_a_url(
+async def test_login_gives_a_strict_httponly_cookie_never_a_url(
     console: Console,
 ) -> None:
     key = console.key("read")
@@ -178,6 +190,7 @@ async def test_login_keeps_the_key_in_a_strict_httponly_cookie_never_in_a_url(
         assert response.headers["location"] == "/console"
         cookie = response.headers["set-cookie"]
         assert cookie.startswith(f"{session.COOKIE}=")
+        assert key not in cookie
         flags = {f.strip().lower() for f in cookie.split(";")[1:]}
         assert {"httponly", "samesite=strict", "path=/console"} <= flags
         assert "secure" not in flags  # plain http here; https below
@@ -240,13 +253,13 @@ async def test_login_from_another_origin_is_refused(console: Console) -> None:
 async def test_a_redrive_needs_the_form_token_the_origin_and_the_admin_scope(
     console: Console,
 ) -> None:
+    async with console.logged_in("read", "admin") as other:
+        theirs = await form_token(other)  # another session's token
     async with console.logged_in("read") as reader:
-        token = session.form_token(None)  # not the key's token
-        refused = await reader.post("/console/deadletters/0/redrive", data={"form_token": token})
+        refused = await reader.post("/console/deadletters/0/redrive", data={"form_token": theirs})
         assert refused.status_code == 403 and "did not come from" in refused.text
     async with console.logged_in("read", "admin") as admin:
-        key = admin.cookies[session.COOKIE]
-        good = session.form_token(key)
+        good = await form_token(admin)
         no_token = await admin.post("/console/deadletters/0/redrive", data={"force": "yes"})
         assert no_token.status_code == 403
         foreign = await admin.post(
@@ -262,20 +275,29 @@ async def test_a_redrive_needs_the_form_token_the_origin_and_the_admin_scope(
         )
         assert hostile.status_code == 404 and "<b>" not in hostile.text
     async with console.logged_in("read") as reader:
-        own = session.form_token(reader.cookies[session.COOKIE])
+        own = await form_token(reader)
         no_admin = await reader.post("/console/deadletters/0/redrive", data={"form_token": own})
         assert no_admin.status_code == 403 and "'admin' scope" in html.unescape(no_admin.text)
 
 
-async def test_logout_forgets_the_cookie(console: Console) -> None:
-    async with console.logged_in("read") as client:
-        token = session.form_token(client.cookies[session.COOKIE])
+async def test_logout_forgets_the_cookie_and_ends_the_session(console: Console) -> None:
+    async with console.logged_in("read", "admin") as client:
+        token = await form_token(client)
+        old = client.cookies[session.COOKIE]
         out = await client.post("/console/logout", data={"form_token": token})
         assert out.status_code == 303
         assert (
             'sagaline_console=""' in out.headers["set-cookie"]
             or "Max-Age=0" in out.headers["set-cookie"]
         )
+    # The old cookie value, replayed (kept by an attacker, or a browser that ignored the
+    # deletion), opens nothing: the session is over on the server.
+    async with console.client() as replay:
+        replay.cookies.set(session.COOKIE, old, path="/console")
+        page = await replay.get("/console")
+        assert page.status_code == 303 and page.headers["location"] == "/console/login"
+        form = await replay.post("/console/deadletters/0/redrive", data={"form_token": token})
+        assert form.status_code == 401 and "Log in first" in form.text
 
 
 # --- hostile input ---------------------------------------------------------------------

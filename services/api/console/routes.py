@@ -31,6 +31,7 @@ from runtime.topics import DEAD_LETTERS, EVENTS
 from services import deadletters
 from services.api.console import data, session
 from services.api.console.session import Visitor
+from services.api.console.sessions import SessionStore
 from services.projector.offsets import EndOffsets
 from services.projector.status import projection_status
 
@@ -76,7 +77,10 @@ class ConsoleError(Exception):
 
 
 def install(app: FastAPI) -> None:
-    """The console's routes, and its refusals rendered as pages (not the API's JSON)."""
+    """The console's routes, its sessions, and its refusals rendered as pages (not the
+    API's JSON). Tests replace the sessions' clock."""
+    settings: Settings = app.state.settings
+    app.state.console_sessions = SessionStore.from_settings(settings)
     app.include_router(router)
     app.add_exception_handler(ConsoleError, _refused)  # type: ignore[arg-type]
 
@@ -367,29 +371,46 @@ async def login_page(request: Request) -> Response:
 async def login(request: Request) -> Response:
     if not session.same_origin(request):
         raise ConsoleError(403, "This login form did not come from this console's own page.")
+    if request.app.state.access.keyring is None:
+        return RedirectResponse("/console", status_code=303, headers=HEADERS)
+    if session.insecure_origin(request):
+        return _login_refused(request, 400, INSECURE_LOGIN)
     form = await _form(request)
     key = form.get("api_key", "").strip()
-    who = await session.login(request.app.state.access, key)
-    if who is None:
-        return render(
-            request,
-            "login.html",
-            None,
-            401,
-            message="That API key is not valid here (unknown, revoked or mistyped).",
+    found = await session.authenticate(request.app.state.access, key)
+    if found is None:
+        return _login_refused(
+            request, 401, "That API key is not valid here (unknown, revoked or mistyped)."
         )
-    if not who.may("read"):
-        return render(
-            request,
-            "login.html",
-            None,
-            403,
-            message=f"API key {who.key_id} has no 'read' scope: the console needs a key with it.",
+    key_id, scopes = found
+    if "read" not in scopes:
+        return _login_refused(
+            request, 403, f"API key {key_id} has no 'read' scope: the console needs a key with it."
         )
     response = RedirectResponse("/console", status_code=303, headers=HEADERS)
-    if request.app.state.access.keyring is not None:
-        session.keep(response, request, key)
+    try:
+        await session.start(response, request, key_id, scopes)
+    except OSError as exc:
+        log.error("console: cannot store a session: %s", exc)
+        return _login_refused(
+            request,
+            503,
+            "This API cannot store console sessions (SAGALINE_CONSOLE_SESSIONS_DIR is not "
+            "writable); its operator must fix that before anyone can log in.",
+        )
     return response
+
+
+INSECURE_LOGIN = (
+    "This page was opened over plain http from another machine, and the console's cookie "
+    "is sent over https only, so the browser would drop it: open the console over https "
+    "(a proxy that ends TLS), or set SAGALINE_CONSOLE_COOKIE_SECURE=false on a private test "
+    "network."
+)
+
+
+def _login_refused(request: Request, status: int, message: str) -> HTMLResponse:
+    return render(request, "login.html", None, status, message=message)
 
 
 @router.post("/logout", response_class=HTMLResponse)
@@ -398,7 +419,7 @@ async def logout(request: Request) -> Response:
     if who is not None:
         _from_console(request, await _form(request), who)
     response = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
-    session.forget(response, request)
+    session.end(response, request)
     return response
 
 
