@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import pytest_asyncio
@@ -315,3 +316,80 @@ async def test_the_worker_killed_mid_stream_loses_no_action_and_publishes_each_o
     got = sorted((e.payload["student_id"], e.payload["course_id"]) for e in by_id.values())
     assert got == sorted(actions)
     assert all(e.type == lg.StudentEnrolled.TYPE for e in by_id.values())
+
+
+BULK = 5_000
+BULK_ARRIVE_S = 240.0
+PROMPT_S = 15.0
+"""An enrollment written after the bulk transaction is published within this (it takes
+1-3 s on an idle stack: Connect's poll, the ingest, both stages)."""
+
+
+async def test_a_5000_row_transaction_yields_its_events_and_no_stall(stack: Stack) -> None:
+    """A bulk ``UPDATE school.student`` of 5,000 rows in one transaction (after a bulk
+    INSERT of them, one transaction too): held whole, its correlator state (~1.7 MB) was
+    over the changelog's 1 MB, the batch's store failed on every retry and the partition
+    stopped. The correlator sends its rows in chunks as they arrive: every student's event
+    comes out once, and an ordinary enrollment written after it is published promptly."""
+    prefix = f"s-{RUN}-bulk-"
+
+    def ours(env: Envelope) -> bool:
+        return env.type in BUSINESS and str(env.payload.get("student_id", "")).startswith(prefix)
+
+    bulk_insert = (
+        "INSERT INTO school.student SELECT %s || lpad(g::text, 5, '0'), 'Bulk', "
+        "'old@school.test', 20 FROM generate_series(1, %s) AS g",
+        (prefix, BULK),
+    )
+    before = _stalls(await _worker_counts(stack))
+    await asyncio.to_thread(write, stack, [bulk_insert])
+    created = await _all_arrived(stack, ours, BULK)
+    bulk_update = (
+        "UPDATE school.student SET email = 'new@school.test' WHERE id LIKE %s",
+        (f"{prefix}%",),
+    )
+    await asyncio.to_thread(write, stack, [bulk_update])
+    events = (await _all_arrived(stack, ours, 2 * BULK))[len(created) :]
+    students = {f"{prefix}{i:05d}" for i in range(1, BULK + 1)}
+    assert all(isinstance(e, lg.StudentUpdated) and e.created for e in created)
+    assert {e.student_id for e in created} == students
+    assert all(isinstance(e, lg.StudentUpdated) and e.changed == ("email",) for e in events)
+    assert sorted(e.student_id for e in events) == sorted(students)  # each once
+    assert _stalls(await _worker_counts(stack)) == before  # no batch failed, none refused
+
+    s, c = ids_after = ids("after-bulk")
+    loop = asyncio.get_running_loop()
+    written = loop.time()
+    await asyncio.to_thread(write, stack, [student(s), course(c), link(s, c)])
+    while not any(about(*ids_after)(e) for e in stack.tail.events):
+        assert loop.time() - written < PROMPT_S, "the enrollment after the bulk is late"
+        await asyncio.sleep(0.1)
+    (enrolled,) = await settled_events(stack, about(*ids_after), 1)
+    assert isinstance(enrolled, lg.StudentEnrolled) and enrolled.student_id == s
+
+
+async def _worker_counts(stack: Stack) -> dict[str, float]:
+    url = f"http://127.0.0.1:{stack.settings.worker_web_port}/sagaline/metrics"
+    async with httpx.AsyncClient() as http:
+        response = await http.get(url, timeout=10)
+    response.raise_for_status()
+    counts: dict[str, float] = response.json()
+    return counts
+
+
+def _stalls(counts: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in counts.items() if k.endswith((".batch_retries", "too_large"))}
+
+
+async def _all_arrived(stack: Stack, wanted: Callable[[Envelope], bool], n: int) -> list[Any]:
+    """The first ``n`` events ``wanted`` picks, once they arrived, and no more two windows
+    later (a duplicate would have come by then)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BULK_ARRIVE_S
+    while len(found := [e for e in stack.tail.events if wanted(e)]) < n:
+        assert loop.time() < deadline, f"{len(found)} of {n} event(s) after {BULK_ARRIVE_S} s"
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2 * WINDOW_S)
+    found = [e.message() for e in stack.tail.events if wanted(e)]
+    assert len(found) == n, f"{len(found)} events, {n} expected"
+    return found
