@@ -90,6 +90,12 @@ EXPIRE_DEADLINE = "expire"
 """Retention: the key has been idle that long; reset it."""
 MAX_SEEN = 1000
 """Part and claim ids a key remembers (until it expires); an entity has a handful a day."""
+MAX_CLAIMS = 500
+"""Claims a course keeps waiting for its creation. A bulk statement enrolling thousands of
+students in one course this stage never saw sends it a claim each: kept all, they made the
+course's record grow past what its changelog takes (~200 bytes a claim, ~1 MB). Past this
+many, a claim is answered at once (see :meth:`ActionCorrelator._claim`); 500 keep the record
+under ~100 KB, and under ~350 KB with the longest student ids."""
 
 
 def action_key(event: BusinessEvent) -> str:
@@ -269,6 +275,12 @@ class ActionCorrelator:
             answer = self._answer_claim(claim.claim_id, claim.student_id, state.course, held)
             return state.model_copy(update={"queue": queue, "existed": True}), (answer,)
         if state.existed:  # no creation of this course can come any more
+            return state, (self._answer_claim(claim.claim_id, claim.student_id, state.course),)
+        if len(state.claims) >= MAX_CLAIMS:
+            # A creation goes to the oldest claim waiting, and claims end their holds in
+            # arrival order: this one could carry it only if it came after the holds of the
+            # MAX_CLAIMS before it ended. Such a creation is published alone instead
+            # (``CourseUpdated``, created), as after any hold: never lost, never twice.
             return state, (self._answer_claim(claim.claim_id, claim.student_id, state.course),)
         waiting = Claim(
             claim_id=claim.claim_id, student_id=claim.student_id, until=ctx.now + self.hold

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sagas.contracts import legacy as lg
+from sagas.definitions.legacy_actions import MAX_CLAIMS, ActionCorrelator
 from sagas.definitions.legacy_correlator import (
     MAX_HELD_BYTES,
     LegacyCorrelator,
@@ -170,3 +171,26 @@ def _tick(key: str) -> bytes:
     from sagas.contracts.system import Tick
 
     return Envelope.wrap(Tick(), message_id="tick", key=key, occurred_at=T0).encode()
+
+
+def test_thousands_of_enrollments_in_one_course_keep_its_claims_bounded() -> None:
+    """A bulk INSERT of links into a course stage 2 never saw: each enrollment claims the
+    course's creation. Past MAX_CLAIMS waiting, the course answers at once (not created),
+    so its record stays small; the waiting ones are answered when their hold ends."""
+    stage2 = ActionCorrelator(hold=timedelta(seconds=20), name=ACTIONS)
+    key = "course:c-big"
+    record: Record[Any] | None = None
+    answered_at_once: list[lg.CourseClaimAnswered] = []
+    for i in range(MAX_CLAIMS + 100):
+        claim = lg.ClaimCourse(claim_id=f"claim-{i}", student_id=f"s-{i:04d}", course_id="c-big")
+        env = Envelope.wrap(claim, message_id=f"m-{i}", key=key, occurred_at=T0)
+        result = step(stage2, record, env, T0)
+        record = result.record
+        answered_at_once += [o.envelope.message() for o in result.outbound]  # type: ignore[misc]
+    assert record is not None and len(record.state.claims) == MAX_CLAIMS
+    assert [a.claim_id for a in answered_at_once] == [f"claim-{i}" for i in range(500, 600)]
+    assert not any(a.created for a in answered_at_once)
+    assert len(record.encode()) < 100_000
+    tick = Envelope.decode(_tick(key))
+    later = step(stage2, record, tick, T0 + timedelta(seconds=21))
+    assert len(later.outbound) == MAX_CLAIMS and later.record.state.claims == ()
