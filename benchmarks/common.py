@@ -40,6 +40,18 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
+def calibration(iterations: int = 10_000_000) -> str:
+    """A fixed pure-Python loop's time, best of three: figures from two boxes compare by
+    their ratio to it (CPython speed differs 2x between 2-core boxes here)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(iterations):
+            pass
+        best = min(best, time.perf_counter() - started)
+    return f"a {iterations:,}-iteration `for` loop takes {best:.3f} s"
+
+
 def c_extensions() -> str:
     """Whether aiokafka's and Faust's compiled extensions load in this interpreter (the worker
     runs the same one, with the same environment): without them both fall back to pure

@@ -83,7 +83,7 @@ ATOMS = (
     "[", "]", "{", "}", '{"a":', '"', '\\"', "\\\\", "\\u00e9", "\\ud800", "\\udc00",
     "\\ud83d\\ude00", "9", "-", ".", "e", "1e999", ",", ":", " ", "\t", "NaN", "Infinity",
     "é", "\U0001f600", "\x00", "\x1b", "null", "true", '"k":1,', '"' + "k" * 200 + '":1,',
-    "\udcff", "\udcc3", '[],', '{"a":[', "0" * 30, '"payload":{', '"key":"',
+    "\udcff", "\udcc3", "\x7f", '[],', '{"a":[', "0" * 30, '"payload":{', '"key":"',
 )  # fmt: skip
 """Pieces of hostile text; ``\\udcXX`` stands for the raw byte 0xXX (surrogateescape)."""
 
@@ -219,7 +219,19 @@ class Outcome:
 
 def run_one(decoder: str, raw: bytes) -> Outcome:
     """Decode ``raw``; an exception the decoder may not answer with propagates (a finding).
-    The collector is off while it runs: a collection is not the decoder's cost."""
+    An input over the bound is timed twice more and its fastest time kept: a decoder that
+    is slow on an input is slow every time, a process preempted by another is not."""
+    outcome = _timed_once(decoder, raw)
+    for _ in range(2):
+        if outcome.within_bound():
+            break
+        again = _timed_once(decoder, raw)
+        outcome = again if again.ms < outcome.ms else outcome
+    return outcome
+
+
+def _timed_once(decoder: str, raw: bytes) -> Outcome:
+    """One decode, timed with the collector off (a collection is not the decoder's cost)."""
     decode, refusals = DECODERS[decoder]
     refused: str | None = None
     enabled = gc.isenabled()

@@ -2,11 +2,22 @@
 
 import json
 
+import msgspec
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from sagas import untrusted
 from sagas.contracts import ledger as lc
 from sagas.messages import MAX_KEY_LENGTH, SCHEMA_VERSION, ContractError, Envelope
-from sagas.untrusted import MAX_DEPTH, MAX_REASON_LENGTH, MAX_RECORD_BYTES, bounded, parse_object
+from sagas.untrusted import (
+    MAX_DEPTH,
+    MAX_NAME_LENGTH,
+    MAX_REASON_LENGTH,
+    MAX_RECORD_BYTES,
+    bounded,
+    parse_object,
+)
 
 from .helpers import envelope
 
@@ -72,6 +83,8 @@ def test_a_hostile_record_ends_in_a_contract_error_with_a_short_one_line_reason(
         (b'{"a": "\\ud800"}', "not JSON: it ends early"),
         (b'{"a": 1,}', "not JSON: trailing comma in object (byte 8)"),
         (b'{"' + b"k" * 200 + b'": 1}', "not JSON: a field name of 200 characters is too long"),
+        (b'{"a\x7f": 1}', "not JSON: field name a\\x7f has control characters"),
+        (b'{"a\\u0007": 1}', "not JSON: field name a\\x07 has control characters"),
         (b"x" * (MAX_RECORD_BYTES + 1), f"record of {MAX_RECORD_BYTES + 1} bytes is larger"),
         (_with(key="p" * 300), "bad envelope: key: Value error, has 300 characters, at most"),
         (_with(key="p\n1"), "bad envelope: key: Value error, has control characters"),
@@ -118,3 +131,44 @@ def test_bounded_escapes_control_characters_and_says_how_long_the_text_was():
     assert bounded("a\nb\x00") == "a\\nb\\x00"
     cut = bounded("z" * 10_000, 100)
     assert len(cut) <= 100 and cut.endswith("(10000 characters)")
+
+
+_names = st.one_of(
+    st.text(st.characters(codec="utf-8"), max_size=8),
+    st.text(
+        st.characters(codec="ascii"), min_size=MAX_NAME_LENGTH - 2, max_size=MAX_NAME_LENGTH + 2
+    ),
+    st.sampled_from(["a\x7f", "\x7f", "\x1f", "\u2028", "é"]),
+)
+_leaves = st.one_of(st.integers(-(10**21), 10**21), st.text(max_size=20), st.booleans(), st.none())
+_nested = st.integers(MAX_DEPTH - 3, MAX_DEPTH + 3).map(lambda depth: _wrapped(depth))
+_json_values = st.recursive(
+    st.one_of(_leaves, _nested),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_names, inner, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+def _wrapped(depth: int) -> object:
+    value: object = 1
+    for level in range(depth):
+        value = [value] if level % 2 else {"a": value}
+    return value
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True, database=None)
+@given(_json_values, st.booleans())
+@example({"k" * (MAX_NAME_LENGTH + 1): 1}, True)
+@example({"a\x7f": 1}, False)
+@example([10**19], True)
+@example(_wrapped(MAX_DEPTH + 1), True)
+def test_the_scans_that_spare_the_walk_never_spare_it_for_a_value_it_would_refuse(value, ascii):
+    raw = json.dumps(value, ensure_ascii=ascii).encode("utf-8", "surrogatepass")
+    try:
+        untrusted._check(msgspec.json.decode(raw))
+    except untrusted.JsonRefused:
+        assert not untrusted._plainly_within_rules(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        pass  # a lone surrogate: the parser refuses it before any scan
