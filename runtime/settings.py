@@ -177,6 +177,33 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a participant (stock, seats, credits) remembers a reservation it finished, to answer a repeated or late command about it the same way; older ones are forgotten, so a hot key's record does not grow with its history. Keep it well above SAGALINE_STEP_TIMEOUT_S and SAGALINE_RESERVATION_TTL_S (why: sagas/participants/ledger.py, `_remember`)",
     )
+    # Retirement (sagas/machinery/retirement.py). A final record must outlive every message
+    # that can still reach it and change something: a participant's answer or a saga's
+    # compensation comes within a step timeout (30 s) of the step that asked for it, an
+    # expired hold's Released within a reservation TTL (5 min), and a participant repeats
+    # its answers about a reservation for SAGALINE_DEDUPE_RETENTION_S (10 min). An hour is
+    # six times the longest of them, so what meets the marker instead of the record is only
+    # a redelivery or a replay, never a reply the saga or the payment still needed (a Void
+    # after a capture, which refunds it). It also keeps a finished saga's key for an hour of
+    # operator lookups in the table. Records within it cost their size; an hour at 300
+    # sagas/s is ~1M order and payment records.
+    retire_after_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How long a record that can no longer change (a saga in a final status, a payment captured, declined or voided, an idle CDC transaction or action) is kept before it retires: replaced by a small marker, its history chunks deleted. Keep it well above SAGALINE_STEP_TIMEOUT_S, SAGALINE_RESERVATION_TTL_S and SAGALINE_DEDUPE_RETENTION_S (why: runtime/settings.py). Stock, courses and students never retire",
+    )
+    # The marker outlives the record so that a command redelivered or replayed for a retired
+    # saga id is dropped, not taken for a new saga: a producer's retries end within minutes,
+    # an API client's retry of the same request and a dead letter re-driven by an operator
+    # come within the day the projector keeps its receipts (SAGALINE_RECEIPT_RETENTION_H,
+    # 24 h). A day of markers is ~250 bytes each: ~13 GB of RocksDB at 300 orders/s
+    # sustained (order and payment), a few MB at the demo's rates. After it the id is new
+    # again (the README's guarantees: like Temporal's workflow-id reuse policy).
+    retired_marker_s: float = Field(
+        86400.0,
+        gt=0,
+        description="How long a retired key's marker is kept (then the key is deleted): within it every message for the key is dropped (a redelivered PlaceOrder starts nothing); after it the id is unknown again and a command for it starts anew",
+    )
 
     api_host: str = Field("127.0.0.1", description="Address the REST API listens on")
     api_port: int = Field(8000, description="Port of the REST API")

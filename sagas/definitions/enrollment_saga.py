@@ -127,6 +127,11 @@ class EnrollmentSaga:
     def initial(self, key: str) -> EnrollmentState:
         return EnrollmentState()
 
+    def is_final(self, state: EnrollmentState) -> bool:
+        """A final enrollment (rejected, dropped) retires; a settled one (enrolled,
+        waitlisted) stays (sagas/machinery/retirement.py)."""
+        return state.final
+
     def decide(
         self, state: EnrollmentState, message: Message, ctx: Context
     ) -> Decision[EnrollmentState]:

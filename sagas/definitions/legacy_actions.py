@@ -183,6 +183,10 @@ class ActionCorrelator:
     def initial(self, key: str) -> ActionState:
         return ActionState()
 
+    def is_final(self, state: ActionState) -> bool:
+        """Idle: its ``expire`` deadline reset it (sagas/machinery/retirement.py)."""
+        return state == ActionState()
+
     def decide(self, state: ActionState, message: Message, ctx: Context) -> Decision[ActionState]:
         match message:
             case ActionPart() if message.part_id not in state.seen:

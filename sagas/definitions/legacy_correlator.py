@@ -130,6 +130,10 @@ class LegacyCorrelator:
     def initial(self, key: str) -> TransactionState:
         return TransactionState()
 
+    def is_final(self, state: TransactionState) -> bool:
+        """Idle: its ``expire`` deadline reset it (sagas/machinery/retirement.py)."""
+        return state == TransactionState()
+
     def decide(
         self, state: TransactionState, message: Message, ctx: Context
     ) -> Decision[TransactionState]:

@@ -111,6 +111,10 @@ class OrderSaga:
     def initial(self, key: str) -> OrderState:
         return OrderState()
 
+    def is_final(self, state: OrderState) -> bool:
+        """A final order retires (sagas/machinery/retirement.py)."""
+        return state.final
+
     def decide(self, state: OrderState, message: Message, ctx: Context) -> Decision[OrderState]:
         match message:
             case oc.PlaceOrder():

@@ -197,6 +197,24 @@ class History(Mapping[str, V], Generic[V]):
         new._swept = done.stop
         return new
 
+    def emptied(self) -> History[V]:
+        """This history with every entry dropped and its positions kept: what a retired
+        key's marker holds, so that the chunks it no longer reads stay known (in
+        :meth:`leftover_chunks`) until the key is deleted. It reads no chunk."""
+        new: History[V] = History()
+        new._next = self._next
+        new._tail_start = self._tail_start
+        new._swept = self._swept
+        return new
+
+    def reads_chunks(self) -> bool:
+        """Whether decoding this history needs a chunk of the table."""
+        return self.front < self._tail_start
+
+    def leftover_chunks(self) -> range:
+        """Every chunk of this history that may still be in the table (not yet swept)."""
+        return range(self._swept, self._tail_start // CHUNK)
+
     def _stored(self) -> dict[str, Any]:
         return {
             "next": self._next,

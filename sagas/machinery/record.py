@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sagas.machinery.history import LOAD_CHUNKS, History, chunk_key
 from sagas.machinery.process import S
 
+FORGET_DEADLINE = "machinery.forget"
+"""The deadline on which a retired key's marker is deleted (:mod:`sagas.machinery.retirement`)."""
+
 
 class Record(BaseModel, Generic[S]):
     """A process's state plus the bookkeeping the machinery keeps beside it.
@@ -34,9 +37,14 @@ class Record(BaseModel, Generic[S]):
     """When the key's first decision was applied (a saga's start: its duration's origin)."""
     stepped_at: datetime | None = None
     """When its latest decision was applied (a saga's previous step: its step latency's)."""
+    retired_at: datetime | None = None
+    """Set on a retired key's marker (:mod:`sagas.machinery.retirement`): the record it
+    replaced could no longer change and is gone; every message for the key is dropped."""
 
     def encode(self) -> bytes:
         """The record's own value (its histories' tails; their chunks are :meth:`writes`)."""
+        if self.retired_at is None:  # every record but a marker: as before retirement
+            return self.model_dump_json(exclude=_NOT_RETIRED).encode()
         return self.model_dump_json().encode()
 
     def writes(
@@ -64,6 +72,41 @@ class Record(BaseModel, Generic[S]):
                 record = _replace(record, path, swept)
         return record, [*chunks, *sweeps, (key, record.encode())]
 
+    def marker(self, initial: Any, now: datetime, forget_at: datetime) -> Record[Any]:
+        """The small record that replaces this one when it retires: the initial state, no
+        entries in its histories (their positions kept, so the chunks this record's
+        histories sealed are deleted with the marker: :meth:`deletes`), no deadline but
+        the one that forgets it."""
+        marker: Record[Any] = type(self)(
+            state=initial,
+            sequence=self.sequence,
+            retired_at=now,
+            deadlines={FORGET_DEADLINE: forget_at},
+            started_at=self.started_at,
+            stepped_at=now,
+        )
+        for path in _history_paths(type(self)):
+            history = _at(self, path)
+            if isinstance(history, History):
+                marker = _replace(marker, path, history.emptied())
+        return marker
+
+    def deletes(self, key: str) -> list[tuple[str, None]]:
+        """What deleting this stored record writes, in order: its histories' chunks that
+        may still be in the table, then the record itself. Only a record that reads no
+        chunk (a marker) is deleted so: a crash between the writes leaves it readable,
+        and the replayed deletion deletes the rest."""
+        chunks: list[tuple[str, None]] = []
+        for path in _history_paths(type(self)):
+            history = _at(self, path)
+            if not isinstance(history, History):
+                continue
+            if history.reads_chunks():
+                raise ValueError(f"{key!r}: a record that reads chunks is retired first")
+            name = path[-1]
+            chunks += [(chunk_key(key, f"{name}/{at}"), None) for at in history.leftover_chunks()]
+        return [*chunks, (key, None)]
+
     @classmethod
     def decode(cls, key: str, raw: bytes, load: Callable[[str], bytes | None]) -> Record[Any]:
         """``key``'s record from its stored value, its histories' chunks read with ``load``
@@ -84,8 +127,9 @@ class Record(BaseModel, Generic[S]):
         last few dozen bytes, without decoding the state before them (False: decode to know).
 
         The fields are dumped in declaration order, so an encoded record ends with
-        ``,"deadlines":{...},"started_at":X,"stepped_at":Y}`` where X and Y are ``null`` or a
-        datetime string (no quote, no backslash). The last ``,"started_at":`` is that
+        ``,"deadlines":{...},"started_at":X,"stepped_at":Y,"retired_at":Z}`` where X, Y and Z
+        are ``null`` or a datetime string (no quote, no backslash; a record stored before
+        retirement existed ends at Y). The last ``,"started_at":`` is that
         field's own (what follows it cannot hold another); inside a string of the state it
         would read ``,\\"started_at\\":``. A non-empty ``deadlines`` ends with a datetime's
         closing quote, never with ``{}``. Any other shape (a record of a future layout)
@@ -99,9 +143,12 @@ class Record(BaseModel, Generic[S]):
         )
 
 
+_NOT_RETIRED = {"retired_at"}
 _STARTED_AT = b',"started_at":'
 _NO_DEADLINES = b',"deadlines":{}'
-_TAIL = re.compile(rb'(?:null|"[^"\\]*"),"stepped_at":(?:null|"[^"\\]*")\}')
+_TAIL = re.compile(
+    rb'(?:null|"[^"\\]*"),"stepped_at":(?:null|"[^"\\]*")(?:,"retired_at":(?:null|"[^"\\]*"))?\}'
+)
 
 
 @functools.cache

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.process import Command, Context, Decision, Fact, Outbound, Process
-from sagas.machinery.record import Record
+from sagas.machinery.record import FORGET_DEADLINE, Record
+from sagas.machinery.retirement import RETIRE_DEADLINE, Retirement, final_of
 from sagas.messages import Envelope, Message
 
 EVENTS_CHANNEL = "events"
@@ -22,10 +23,21 @@ class StepResult:
     record: Record[Any]
     outbound: tuple[Outbound, ...]
     duplicate: bool = False
+    """The message was processed before (its id is in the key's window): nothing to do."""
+    unchanged: bool = False
+    """Nothing to store: a message for a retired key (dropped), or one that changed nothing
+    about a key the table does not hold (a stray reply)."""
+    deleted: bool = False
+    """The key is forgotten (a retired key's marker expired): delete it from the table."""
 
     @property
     def changed(self) -> bool:
-        return not self.duplicate
+        return not (self.duplicate or self.unchanged)
+
+    @property
+    def retired(self) -> bool:
+        """The key is retired: the message was dropped for that."""
+        return self.unchanged and self.record.retired_at is not None
 
 
 def step(
@@ -34,37 +46,94 @@ def step(
     envelope: Envelope,
     now: datetime,
     seen_window: int = DEFAULT_SEEN_WINDOW,
+    retirement: Retirement | None = None,
 ) -> StepResult:
     """Decide on ``envelope`` for its key and return the new record and what to send.
+
+    With ``retirement``, a definition that declares ``is_final`` retires its final records
+    (:mod:`sagas.machinery.retirement`); without it nothing retires.
 
     Raises :class:`~sagas.messages.ContractError` when the payload breaks its contract.
     """
     key = envelope.key
+    known = record is not None
     if record is None:
         record = Record[process.state_type](state=process.initial(key))  # type: ignore[name-defined]
+    if record.retired_at is not None:
+        return _retired(record, envelope, now)
     if envelope.message_id in record.seen:
         return StepResult(record, (), duplicate=True)
     message = envelope.message()
     if isinstance(message, Tick):
-        return _fire_deadlines(process, record, key, now)
-    ctx = Context(
-        key=key,
-        now=now,
-        cause_id=envelope.message_id,
-        saga_id=envelope.saga_id,
-        reply_to=envelope.reply_to,
-    )
-    decision = process.decide(record.state, message, ctx)
-    seen = record.seen.put(envelope.message_id, None).prune(keep=seen_window)
-    return _apply(process, record, decision, ctx, {"seen": seen})
+        result = _fire_deadlines(process, record, key, now, retirement)
+    else:
+        ctx = Context(
+            key=key,
+            now=now,
+            cause_id=envelope.message_id,
+            saga_id=envelope.saga_id,
+            reply_to=envelope.reply_to,
+        )
+        decision = process.decide(record.state, message, ctx)
+        seen = record.seen.put(envelope.message_id, None).prune(keep=seen_window)
+        result = _apply(process, record, decision, ctx, {"seen": seen})
+    if not known and _changes_nothing(process, key, result):
+        return StepResult(record, (), unchanged=True)
+    if result.deleted or retirement is None:
+        return result
+    return _retire_when_final(process, result, retirement, now)
+
+
+def _changes_nothing(process: Process[Any], key: str, result: StepResult) -> bool:
+    """A key the table does not hold stays out of it: nothing sent, no deadline, the state
+    still the initial one (its message id need not be remembered: deciding it again
+    changes nothing either)."""
+    new = result.record
+    return not result.outbound and not new.deadlines and new.state == process.initial(key)
+
+
+def _retired(record: Record[Any], envelope: Envelope, now: datetime) -> StepResult:
+    """A retired key drops every message; its marker's own deadline deletes it."""
+    forget = record.deadlines.get(FORGET_DEADLINE)
+    if forget is not None and forget <= now and envelope.type == Tick.TYPE:
+        return StepResult(record, (), deleted=True)
+    return StepResult(record, (), unchanged=True)
+
+
+def _retire_when_final(
+    process: Process[Any], result: StepResult, retirement: Retirement, now: datetime
+) -> StepResult:
+    """Give a record that became final its retirement deadline (or take it from one that
+    is final no more)."""
+    is_final = final_of(process)
+    record = result.record
+    if is_final is None or record.retired_at is not None:
+        return result
+    deadlines = record.deadlines
+    if is_final(record.state):
+        if RETIRE_DEADLINE in deadlines:
+            return result
+        deadlines = {**deadlines, RETIRE_DEADLINE: now + retirement.record}
+    elif RETIRE_DEADLINE in deadlines:
+        deadlines = {n: w for n, w in deadlines.items() if n != RETIRE_DEADLINE}
+    else:
+        return result
+    return replace(result, record=record.model_copy(update={"deadlines": deadlines}))
 
 
 def _fire_deadlines(
-    process: Process[Any], record: Record[Any], key: str, now: datetime
+    process: Process[Any],
+    record: Record[Any],
+    key: str,
+    now: datetime,
+    retirement: Retirement | None,
 ) -> StepResult:
     due = sorted((when, name) for name, when in record.deadlines.items() if when <= now)
     outbound: list[Outbound] = []
     for when, name in due:
+        if name == RETIRE_DEADLINE:
+            continue  # after the definition's own: they may still change the state
+
         # The id of a deadline's outputs derives from the deadline itself, so a repeated
         # tick before the new state is stored re-creates the same messages.
         ctx = Context(key=key, now=now, cause_id=derive_id(key, f"{name}@{when.isoformat()}"))
@@ -74,7 +143,28 @@ def _fire_deadlines(
         result = _apply(process, record, decision, ctx)
         record = result.record
         outbound.extend(result.outbound)
+    if RETIRE_DEADLINE in record.deadlines and record.deadlines[RETIRE_DEADLINE] <= now:
+        record = _retire(process, record, key, now, retirement)
     return StepResult(record, tuple(outbound))
+
+
+def _retire(
+    process: Process[Any],
+    record: Record[Any],
+    key: str,
+    now: datetime,
+    retirement: Retirement | None,
+) -> Record[Any]:
+    """The record's marker, once nothing but its retirement is left to happen: a
+    definition's own deadline still pending (or a state final no more) postpones it."""
+    is_final = final_of(process)
+    others = [w for n, w in record.deadlines.items() if n != RETIRE_DEADLINE]
+    if retirement is None or is_final is None or not is_final(record.state) or others:
+        later = {n: w for n, w in record.deadlines.items() if n != RETIRE_DEADLINE}
+        if others and retirement is not None:
+            later[RETIRE_DEADLINE] = max(others)
+        return record.model_copy(update={"deadlines": later})
+    return record.marker(process.initial(key), now, now + retirement.marker)
 
 
 def _apply(

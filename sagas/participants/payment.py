@@ -21,6 +21,8 @@ PaymentStatus = Literal[
     "NEW", "PENDING", "AUTHORIZED", "DECLINED", "CAPTURED", "VOIDED", "REFUNDED"
 ]
 
+FINAL_PAYMENT: frozenset[str] = frozenset({"DECLINED", "CAPTURED", "VOIDED", "REFUNDED"})
+
 
 class PaymentState(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -57,6 +59,12 @@ class PaymentGateway:
 
     def initial(self, key: str) -> PaymentState:
         return PaymentState()
+
+    def is_final(self, state: PaymentState) -> bool:
+        """A payment captured, declined, voided or refunded retires (sagas/machinery/
+        retirement.py). A captured one may still be refunded by a saga that timed out
+        while capturing: that Void comes within a step timeout, far inside the retention."""
+        return state.status in FINAL_PAYMENT
 
     def decide(self, state: PaymentState, message: Message, ctx: Context) -> Decision[PaymentState]:
         match message:

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, Protocol, cast
 
@@ -41,6 +41,7 @@ from sagas.contracts.system import Tick
 from sagas.ids import derive_id
 from sagas.machinery.history import is_chunk_key
 from sagas.machinery.process import Process
+from sagas.machinery.retirement import Retirement
 from sagas.messages import Envelope
 from services.worker import delivery
 from services.worker.batching import take_queued
@@ -264,6 +265,10 @@ def _register(
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
         state_cache_keys=settings.state_cache_keys,
         deadlines=DeadlineIndex(settings.deadline_rescan_s),
+        retirement=Retirement(
+            record=timedelta(seconds=settings.retire_after_s),
+            marker=timedelta(seconds=settings.retired_marker_s),
+        ),
     )
     _agent(app, settings, topic, process.name, runner)
     runner.faust_table = table  # type: ignore[attr-defined]

@@ -84,6 +84,7 @@ from runtime.logformat import log_context
 from sagas.machinery.history import PARTIAL, is_chunk_key
 from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
+from sagas.machinery.retirement import Retirement
 from sagas.machinery.step import StepResult, step
 from sagas.messages import ContractError, Envelope
 from sagas.untrusted import MAX_RECORD_BYTES
@@ -203,6 +204,8 @@ class ProcessRunner:
     monotonic: Callable[[], float] = time.monotonic
     max_message_bytes: int = MAX_RECORD_BYTES
     max_state_bytes: int = MAX_STATE_BYTES
+    retirement: Retirement | None = None
+    """How long final records and then their markers are kept (None: nothing retires)."""
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
     state_cache_keys: int = 2_000
 
@@ -311,6 +314,10 @@ class ProcessRunner:
             self.states.discard(fresh)
             raise
         for key, rec in fresh.items():
+            if rec is None:
+                self.deadlines.schedule(key, None)
+                self.states.discard((key,))
+                continue
             self.deadlines.schedule(key, rec.next_deadline())
             self.states.put(key, partitions[key], rec, generation)
         self._count_skipped(plan)
@@ -353,14 +360,17 @@ class ProcessRunner:
                 continue
             encoded = [self._encode(o) for o in result.result.outbound]
             too_large = self._too_large(encoded)
-            if too_large is None and check_states:
+            deleted = result.result.deleted
+            if too_large is None and check_states and not deleted:
                 key = result.record_key
                 too_large = self._state_too_large(key, result.result.record, b.stored[key])
             if too_large:
                 b.dead.append(self._letter(record, too_large))
                 continue
             b.applied.append(result)
-            b.fresh[result.record_key] = result.result.record
+            b.fresh[result.record_key] = None if deleted else result.result.record
+            if deleted:
+                b.deleted.add(result.record_key)
             b.partitions[result.record_key] = record.partition
             b.outbound.extend(encoded)
         return b
@@ -370,7 +380,16 @@ class ProcessRunner:
         its changelog record). Notes in ``b.fresh`` each record as it will be stored."""
         states: list[StateWrite] = []
         for key, rec in b.fresh.items():
-            b.fresh[key], writes = rec.writes(key, b.stored[key])
+            stored = b.stored[key]
+            writes: list[tuple[str, bytes | None]] = []
+            if key in b.deleted and stored is not None:
+                # The stored marker and its chunks go (sagas/machinery/retirement.py); a
+                # record made after that in this batch is a new key's: none of it was stored.
+                writes += stored.deletes(key)
+                stored = None
+            if rec is not None:
+                b.fresh[key], written = rec.writes(key, stored)
+                writes += written
             if _largest_write(writes)[1] > self.max_state_bytes:
                 return None
             states += [StateWrite(k, v, b.partitions[key]) for k, v in writes]
@@ -416,7 +435,7 @@ class ProcessRunner:
     def _decide(
         self,
         incoming: Incoming,
-        fresh: dict[str, Record[Any]],
+        fresh: dict[str, Record[Any] | None],
         stored: dict[str, Record[Any] | None],
         now: datetime,
         dead: list[DeadLetter],
@@ -429,7 +448,7 @@ class ProcessRunner:
     def _decide_in_context(
         self,
         incoming: Incoming,
-        fresh: dict[str, Record[Any]],
+        fresh: dict[str, Record[Any] | None],
         stored: dict[str, Record[Any] | None],
         now: datetime,
         dead: list[DeadLetter],
@@ -460,7 +479,7 @@ class ProcessRunner:
                 current: Record[Any] | None = fresh[key]
             else:
                 current = stored[key] = self.load(key, incoming.partition)
-            result = step(self.process, current, envelope, now, self.seen_window)
+            result = step(self.process, current, envelope, now, self.seen_window, self.retirement)
         except ContractError as exc:
             self.metrics.inc(name, "invalid")
             log.warning("%s: dead-lettering %s@%s: %s", name, incoming.topic, incoming.offset, exc)
@@ -471,7 +490,7 @@ class ProcessRunner:
             log.exception("%s: failed on %s@%s", name, incoming.topic, incoming.offset)
             dead.append(self._letter(incoming, f"{type(exc).__name__}: {exc}"))
             return None
-        self.metrics.inc(name, "duplicates" if result.duplicate else "processed")
+        self.metrics.inc(name, _outcome(result))
         return _Decided(key, result, envelope, current)
 
     def _letter(self, record: Incoming, reason: str) -> DeadLetter:
@@ -507,6 +526,17 @@ class ProcessRunner:
         self.metrics.inc(self.process.name, "dead_lettered", len(dead))
 
 
+def _outcome(result: StepResult) -> str:
+    """The counter a decided record counts in."""
+    if result.duplicate:
+        return "duplicates"
+    if result.retired:
+        return "retired_dropped"  # a message for a retired key (sagas/machinery/retirement.py)
+    if result.unchanged:
+        return "unchanged"  # changed nothing of a key the table does not hold: not stored
+    return "forgotten" if result.deleted else "processed"
+
+
 def _largest_write(writes: Sequence[tuple[str, bytes | None]]) -> tuple[str, int]:
     """The key and size (key and value) of the largest of a key's writes."""
     sizes = [(k, len(k.encode()) + len(v)) for k, v in writes if v is not None]
@@ -517,8 +547,11 @@ def _largest_write(writes: Sequence[tuple[str, bytes | None]]) -> tuple[str, int
 class _BatchDecisions:
     """What deciding a batch's records produced, before anything is sent or stored."""
 
-    fresh: dict[str, Record[Any]] = field(default_factory=dict)
-    """Each key's latest state."""
+    fresh: dict[str, Record[Any] | None] = field(default_factory=dict)
+    """Each key's latest state (None: deleted)."""
+    deleted: set[str] = field(default_factory=set)
+    """Keys deleted in this batch (a retired key's marker expired): their writes start with
+    the tombstones of the stored marker and its chunks."""
     stored: dict[str, Record[Any] | None] = field(default_factory=dict)
     """Each key's state in the table."""
     partitions: dict[str, int] = field(default_factory=dict)

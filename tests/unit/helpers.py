@@ -88,10 +88,18 @@ def feed(
     for env in envelopes:
         result = step(process, record, env, now)
         check_declared(process, result.outbound)
-        record = result.record
+        record = kept(record, result)
         outbound.extend(result.outbound)
     assert record is not None, "feed needs at least one envelope"
     return Fed(record, outbound)
+
+
+def kept(before: Record[Any] | None, result: StepResult) -> Record[Any] | None:
+    """What the table holds after ``result``, as the worker stores it: nothing stored for
+    an unchanged key, nothing at all for a deleted one."""
+    if result.deleted:
+        return None
+    return result.record if result.changed else before
 
 
 @dataclass
@@ -104,7 +112,7 @@ class Driver:
     def __call__(self, env: Envelope, now: datetime = T0) -> StepResult:
         result = step(self.process, self.record, env, now)
         check_declared(self.process, result.outbound)
-        self.record = result.record
+        self.record = kept(self.record, result)
         return result
 
     @property

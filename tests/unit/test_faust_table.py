@@ -36,6 +36,12 @@ class Store(dict[bytes, bytes]):
         self.journal.append(("local", key, event.message.partition))
         super().__setitem__(key, value)
 
+    def pop(self, key: bytes, default: Any = None) -> Any:
+        event = current_event()
+        assert event is not None
+        self.journal.append(("deleted", key, event.message.partition))
+        return super().pop(key, default)
+
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
         self.journal.append(("persisted", tp, offset))
 
@@ -111,3 +117,36 @@ async def test_a_memory_store_can_be_scanned_while_batches_write_to_it() -> None
         seen.append(key)
         store[f"new-{key}".encode()] = b"v"  # what a batch stores during a yield
     assert sorted(seen) == ["k0", "k1", "k2"]
+
+
+async def test_a_deletion_is_a_tombstone_on_the_changelog_before_the_local_store() -> None:
+    """A retired key's deletion (its chunks, then its marker) goes the way of every write:
+    each tombstone sent and acknowledged, then deleted locally, then the offset persisted."""
+    journal: list[tuple[Any, ...]] = []
+    sent: list[tuple[bytes, bytes | None]] = []
+    changelog = Changelog(journal)
+
+    async def send_to(topic: str, key: bytes, value: bytes | None, partition: int) -> Any:
+        sent.append((key, value))
+        return await changelog.send_to(topic, key, value, partition)  # type: ignore[arg-type]
+
+    table = FaustTable(faust_table(journal), send_to)
+    await table.write([StateWrite("o1", b"marker", 0)], {})
+    journal.clear()
+    states = [StateWrite("o1\x1fseen/0", None, 0), StateWrite("o1", None, 0)]
+    await table.write(states, {("t.order-saga", 0): 9})
+    pos = position_key("t.order-saga", 0).encode()
+    assert sent[1:] == [(b"o1\x1fseen/0", None), (b"o1", None), (pos, b"9")]
+    assert journal == [
+        ("sent", b"o1\x1fseen/0", 0),
+        ("sent", b"o1", 0),
+        ("sent", pos, 0),
+        ("acked", b"o1\x1fseen/0"),
+        ("acked", b"o1"),
+        ("acked", pos),
+        ("deleted", b"o1\x1fseen/0", 0),
+        ("deleted", b"o1", 0),
+        ("local", pos, 0),
+        ("persisted", TP(CHANGELOG, 0), 43),
+    ]
+    assert table.load("o1", 0) is None

@@ -202,3 +202,37 @@ def test_a_chunk_whose_entries_were_all_put_again_is_still_written() -> None:
     store(table, writes)
     assert table["k\x1flog/1"] == b"[]"  # nothing live in it, but a reader loads it
     assert decode(table).state.log == log
+
+
+def test_a_retirement_then_a_deletion_cut_at_any_write_leave_the_key_retired_or_not() -> None:
+    """A final record becomes its marker (a write like any other), then the marker and every
+    chunk its record sealed are deleted: cut after any write, the key decodes to what it
+    was or to what it became, or is absent once the marker's own tombstone is written."""
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    for entries in (5, 2 * CHUNK + 3, 5 * CHUNK):
+        log: History[int] = History()
+        for n in range(entries):
+            log = log.put(f"n{n}", n)
+        table: dict[str, bytes] = {}
+        final, writes = CODEC(state=Counted(log=log)).writes("k", None)
+        store(table, writes)
+        marker = final.marker(Counted(), now, now)
+        assert marker.state.log.leftover_chunks() == final.state.log.leftover_chunks()
+        marker, writes = marker.writes("k", final)
+        for cut in range(len(writes) + 1):  # the retirement, cut after `cut` writes
+            partial = dict(table)
+            store(partial, writes[:cut])
+            got = decode(partial)
+            assert got == (marker if cut == len(writes) else final)
+        store(table, writes)
+        deletes = decode(table).deletes("k")
+        assert deletes[-1] == ("k", None)  # the marker's own tombstone comes last
+        for cut in range(len(deletes) + 1):  # the deletion, cut after `cut` writes
+            partial = dict(table)
+            store(partial, deletes[:cut])
+            if cut < len(deletes):
+                assert decode(partial) == marker  # it reads no chunk
+            else:
+                assert partial == {}  # no chunk is left behind

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,12 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from runtime.settings import Settings
 from sagas.contracts import ledger as lc
+from sagas.contracts import orders as oc
+from sagas.contracts.system import Tick
+from sagas.definitions.order_saga import OrderSaga, OrderState
 from sagas.machinery.history import is_chunk_key
+from sagas.machinery.record import Record
+from sagas.machinery.retirement import Retirement
 from sagas.messages import Envelope
 from sagas.participants.ledger import CapacityLedger
 from services.worker.deadletter import DeadLetter
@@ -362,3 +368,109 @@ def test_the_state_limit_fits_the_workers_producer_request_size(tmp_path: Path) 
     value = b"v" * (MAX_STATE_BYTES - len(key))
     framed = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
     assert framed <= app.conf.producer_max_request_size == 1_000_000
+
+
+# --- retirement through the runner (sagas/machinery/retirement.py) --------------------------
+
+
+class CutTable(DictTable):
+    """A DictTable that keeps, per write, the table before it and the writes in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: list[tuple[dict[str, bytes], list[tuple[str, bytes | None]]]] = []
+
+    async def write(self, states: Any, positions: Any) -> None:
+        self.history.append((dict(self), [(s.key, s.value) for s in states]))
+        await super().write(states, positions)
+
+
+def order_runner(table: DictTable, clock: list[datetime]) -> ProcessRunner:
+    return ProcessRunner(
+        process=OrderSaga(),
+        table=table,
+        send=FakeKafka().send,
+        topic_for=lambda channel: f"t.{channel}",
+        dead_letter_topic="t.deadletter",
+        metrics=Metrics(),
+        clock=lambda: clock[0],
+        retirement=Retirement(record=timedelta(minutes=1), marker=timedelta(minutes=5)),
+    )
+
+
+def order_message(message: Any, offset: int, message_id: str | None = None) -> Incoming:
+    env = Envelope.wrap(
+        message,
+        message_id=message_id or f"m{offset}",
+        key="o1",
+        saga_id="o1",
+        occurred_at=T0,
+    )
+    return Incoming("t.order-saga", 0, offset, b"o1", env.encode())
+
+
+def place_order() -> oc.PlaceOrder:
+    line = oc.OrderLine(product_id="p1", quantity=1, unit_price=Decimal(1))
+    return oc.PlaceOrder(customer_id="c", lines=(line,), payment=oc.PaymentDetails(method="x"))
+
+
+async def test_a_saga_retires_and_is_deleted_with_its_chunks_and_every_cut_is_retired_or_not() -> (
+    None
+):
+    clock = [T0]
+    table = CutTable()
+    r = order_runner(table, clock)
+    await r.handle_batch([order_message(place_order(), 0, message_id="place")])
+    # cancelled, then refused cancels: its seen ids fill chunks
+    await r.handle_batch([order_message(oc.CancelOrder(), n) for n in range(1, 80)])
+    assert any(is_chunk_key(k) for k in table)
+    assert r.deadlines.pop_due(T0 + timedelta(minutes=1)) == [("o1", T0 + timedelta(minutes=1))]
+    clock[0] = T0 + timedelta(minutes=1)
+    await r.handle_batch([order_message(Tick(), 80)])
+    marker = r.load("o1", 0)
+    assert marker is not None and marker.retired_at == clock[0]
+    assert len(table["o1"]) < 400
+    # a redelivered PlaceOrder, and another for the same id: dropped, nothing stored
+    writes = len(table.history)
+    await r.handle_batch([order_message(place_order(), 81, message_id="place")])
+    await r.handle_batch([order_message(place_order(), 82)])
+    assert [w for _, w in table.history[writes:]] == [[], []]  # positions only
+    assert r.metrics.snapshot()["order-saga.retired_dropped"] == 2
+    clock[0] += timedelta(minutes=5)
+    await r.handle_batch([order_message(Tick(), 83)])
+    assert list(table) == []  # the key, its chunks: all gone
+    assert r.load("o1", 0) is None and len(r.deadlines) == 0
+    # every write of the run, cut after any of its writes: "o1" is what it was before the
+    # write or what it is after (absent, once deleted), and every chunk it reads is there
+    for before, writes_of_batch in table.history:
+        after = dict(before)
+        apply(after, writes_of_batch)
+        ends = {state(before), state(after)}
+        for cut in range(len(writes_of_batch) + 1):
+            partial = dict(before)
+            apply(partial, writes_of_batch[:cut])
+            assert state(partial) in ends
+
+
+def apply(table: dict[str, bytes], writes: list[tuple[str, bytes | None]]) -> None:
+    for key, value in writes:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+
+def state(table: dict[str, bytes]) -> bytes | None:
+    """The order's record as a reader decodes it (its chunks loaded), None when absent."""
+    if "o1" not in table:
+        return None
+    return Record.codec(OrderState).decode("o1", table["o1"], table.get).model_dump_json().encode()
+
+
+async def test_a_stray_reply_for_an_unknown_saga_leaves_no_key() -> None:
+    table = CutTable()
+    r = order_runner(table, [T0])
+    reply = lc.Reserved(on_hand=1, reserved=1, reservation_id="o1:p1", quantity=1, expires_at="x")
+    await r.handle_batch([order_message(reply, 0)])
+    assert list(table) == [] and table.positions == {("t.order-saga", 0): 1}
+    assert r.metrics.snapshot()["order-saga.unchanged"] == 1
