@@ -58,6 +58,19 @@ above asks of a key. The chunks a record stops reading are deleted by the key's 
 (when no stored record can read them any more); a key never written again keeps those of
 its last batch, a few at most.
 
+A retired key (:mod:`sagas.machinery.retirement`) is written twice more, each time in a
+batch of its own key's tick. Its retirement replaces the final record with a marker: an
+ordinary write (the marker reads no chunk, so the rule above holds; the chunks the record
+sealed stay, read by nobody). Its deletion writes, in order, the tombstones of every chunk
+the marker's histories still count, then the marker's own tombstone
+(:meth:`Record.deletes`), changelog first like every write. Cut after any of them, the key
+holds its marker (which reads no chunk, so deleting chunks first cannot break it) or
+nothing; the batch's positions come after, so a cut one is replayed, and the replayed tick
+finds the marker still due and deletes again. A deletion never happens in the batch that
+retired the key (the marker's deadline lies a positive retention after it), and a key
+deleted then made anew in one batch writes the deletion's tombstones before the new
+record's chunks (all of them, as for a key the table does not hold).
+
 A record Kafka would refuse is never sent: a decision whose outbound message is over
 ``SAGALINE_MAX_MESSAGE_BYTES``, or whose state would be a changelog record over
 :data:`MAX_STATE_BYTES`, is not applied; its input is dead-lettered with the reason and the
