@@ -302,6 +302,12 @@ class Settings(BaseSettings):
         None,
         description="Mark the console's cookie `Secure` (sent over https only); unset: on unless SAGALINE_API_HOST is a loopback address",
     )
+    console_deadletters_page: int = Field(
+        50,
+        ge=1,
+        le=500,
+        description="Dead letters the console reads and shows per page (newest first, an `older` link for the next)",
+    )
 
     projector_batch_size: int = Field(
         2000,

@@ -44,6 +44,8 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 """scrypt's cost (about 16 MiB and a few tens of ms): the API checks a key once per process
 and remembers it, so the cost is paid per key, not per request."""
 HASH_BYTES = 32
+KEY_CHARS = len(PREFIX) + 1 + 12 + 1 + 43
+"""The length of every whole key (``sgl_<12 hex>_<43 base64>``)."""
 log = logging.getLogger(__name__)
 _NEVER = (-1, -1)
 
@@ -116,6 +118,12 @@ def secret_matches(secret: str, hashed: str) -> bool:
     return hmac.compare_digest(actual, expected)
 
 
+def well_formed(presented: str) -> bool:
+    """Whether ``presented`` has a key's shape: only such a key is ever checked with scrypt
+    (anything else is refused at once, costing nothing)."""
+    return len(presented) == KEY_CHARS and KEY_PATTERN.fullmatch(presented) is not None
+
+
 def _scrypt(secret: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(
         secret.encode(), salt=salt, n=n, r=r, p=p, maxmem=256 * n * r, dklen=HASH_BYTES
@@ -131,6 +139,13 @@ def _unb64(text: str) -> bytes:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (ValueError, TypeError) as exc:
         raise ValueError("not base64") from exc
+
+
+UNKNOWN_ID_HASH = (
+    f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(bytes(16))}${_b64(bytes(HASH_BYTES))}"
+)
+"""What a key with an unknown id is checked against: the format and cost of every key's
+hash, and matched by no secret (an all-zero digest would take an scrypt preimage)."""
 
 
 # --- the key file -----------------------------------------------------------------------
@@ -233,8 +248,9 @@ class Keyring:
     revoked key stops working at the next request) and the keys of ``SAGALINE_API_KEYS``.
 
     A presented key is looked up by its id and its secret checked against the scrypt hash
-    once; a match is remembered by a SHA-256 of the whole key (never the key itself) until
-    the key's line changes or goes away."""
+    once (an unknown id against :data:`UNKNOWN_ID_HASH`, at the same cost); a match is
+    remembered by a SHA-256 of the whole key (never the key itself) until the key's line
+    changes or goes away."""
 
     def __init__(self, path: Path | None, inline: str = "") -> None:
         self.path = path
@@ -262,7 +278,7 @@ class Keyring:
     def authenticate(self, presented: str) -> StoredKey | None:
         """The stored key ``presented`` is, or None. Blocking (scrypt): call it in a thread,
         unless :meth:`recognise` answered first."""
-        match = KEY_PATTERN.fullmatch(presented)
+        match = KEY_PATTERN.fullmatch(presented) if len(presented) == KEY_CHARS else None
         if match is None:
             return None
         stored = self.recognise(presented)
@@ -270,6 +286,8 @@ class Keyring:
             return stored
         stored = self._current().get(match["id"])
         if stored is None:
+            # The same scrypt run as a known id's: the time taken tells no one which exist.
+            secret_matches(match["secret"], UNKNOWN_ID_HASH)
             return None
         fingerprint = hashlib.sha256(presented.encode()).digest()
         if not secret_matches(match["secret"], stored.hashed):

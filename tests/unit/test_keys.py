@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import stat
+import statistics
+import time
 from pathlib import Path
 
 import pytest
 
+from services import keys as keys_module
 from services.keys import (
     KEY_PATTERN,
+    SCRYPT_N,
+    SCRYPT_P,
+    SCRYPT_R,
     KeyFileError,
     Keyring,
     add_key,
@@ -96,6 +102,50 @@ def test_a_wrong_secret_an_unknown_id_or_garbage_is_refused(tmp_path: Path) -> N
     for presented in (wrong_secret, unknown_id, "", "Bearer " + key, key + "x", key.upper()):
         assert keyring.authenticate(presented) is None, presented
     assert keyring.authenticate(key) == stored
+
+
+def test_an_unknown_id_costs_the_same_scrypt_run_as_a_known_id_with_a_wrong_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "api-keys"
+    key, _ = add_key(path, ["read"])
+    keyring = Keyring(path)
+    wrong_secret = key[:-4] + ("AAAA" if not key.endswith("AAAA") else "BBBB")
+    unknown_id = "sgl_000000000000_" + key.split("_", 2)[2]
+    runs: list[tuple[int, int, int, int]] = []
+    real = keys_module._scrypt
+
+    def counted(secret: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+        runs.append((n, r, p, len(salt)))
+        return real(secret, salt, n, r, p)
+
+    monkeypatch.setattr(keys_module, "_scrypt", counted)
+    work = {}
+    for name, presented in (("wrong secret", wrong_secret), ("unknown id", unknown_id)):
+        runs.clear()
+        assert keyring.authenticate(presented) is None
+        work[name] = list(runs)
+    assert work["wrong secret"] == work["unknown id"] == [(SCRYPT_N, SCRYPT_R, SCRYPT_P, 16)]
+    runs.clear()
+    assert keyring.authenticate("sgl_not-a-key") is None
+    assert runs == []  # not shaped like a key: refused without a run
+
+
+def test_an_unknown_id_takes_as_long_as_a_wrong_secret_within_the_noise(tmp_path: Path) -> None:
+    path = tmp_path / "api-keys"
+    key, _ = add_key(path, ["read"])
+    keyring = Keyring(path)
+    wrong_secret = key[:-4] + ("AAAA" if not key.endswith("AAAA") else "BBBB")
+    unknown_id = "sgl_000000000000_" + key.split("_", 2)[2]
+    times: dict[str, list[float]] = {wrong_secret: [], unknown_id: []}
+    for _ in range(5):  # interleaved, so a busy moment of the machine falls on both
+        for presented, taken in times.items():
+            started = time.perf_counter()
+            keyring.authenticate(presented)
+            taken.append(time.perf_counter() - started)
+    known, unknown = (statistics.median(t) for t in times.values())
+    # Before the unknown id ran scrypt it took ~1/1000 of the time: far outside this band.
+    assert 0.5 < unknown / known < 2.0, (known, unknown)
 
 
 def test_keys_from_the_setting_are_accepted_beside_the_file(tmp_path: Path) -> None:

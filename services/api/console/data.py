@@ -187,19 +187,32 @@ class LetterView:
     stage: str
     reason: str
     dead_lettered_at: str
+    record: str
+    """The start of the record's value (or what says why it is not shown)."""
     redriven: dict[str, Any] | None
     """The last re-drive of its source position, None while it is parked."""
     redrivable: bool
-    """It names a record to re-send (a letter of another shape cannot be re-driven)."""
+    """It names a record to re-send, on a topic a re-drive may send to."""
+    foreign: bool
+    """It names a record, but on a topic that is no process channel (not re-driven)."""
 
 
-def letter_views(letters: list[Letter], done: dict[str, dict[str, Any]]) -> list[LetterView]:
-    """Newest first: the letter an operator is looking for is usually the last one."""
+def names_record(letter: Letter) -> bool:
+    """The letter says where its record is and what its digest is (a letter of another
+    shape cannot be re-driven)."""
+    return all(k in letter.body for k in ("source_topic", "partition", "offset", "value_sha256"))
+
+
+def letter_views(
+    letters: list[Letter], done: dict[str, dict[str, Any]], allowed: frozenset[str]
+) -> list[LetterView]:
+    """The letters as listed, in the order given; a letter may be re-driven when it names
+    its record on one of the ``allowed`` topics."""
     views = []
-    for letter in reversed(letters):
+    for letter in letters:
         body = letter.body
-        redrivable = all(k in body for k in ("source_topic", "partition", "offset", "value_sha256"))
-        source = letter.source if redrivable else "?"
+        named = names_record(letter)
+        source = letter.source if named else "?"
         views.append(
             LetterView(
                 letter_offset=letter.letter_offset,
@@ -210,11 +223,22 @@ def letter_views(letters: list[Letter], done: dict[str, dict[str, Any]]) -> list
                 stage=str(body.get("stage", "?")),
                 reason=str(body.get("reason", "")),
                 dead_lettered_at=str(body.get("dead_lettered_at", "?")),
-                redriven=done.get(source) if redrivable else None,
-                redrivable=redrivable,
+                record=_record(body),
+                redriven=done.get(source) if named else None,
+                redrivable=named and body["source_topic"] in allowed,
+                foreign=named and body["source_topic"] not in allowed,
             )
         )
     return views
+
+
+def _record(body: dict[str, Any]) -> str:
+    value = body.get("value")
+    if isinstance(value, str):
+        return value
+    if body.get("value_inline") is False:
+        return f"({body.get('value_size', '?')} bytes, not carried in the letter)"
+    return "(no value)"
 
 
 def searched_columns() -> list[str]:

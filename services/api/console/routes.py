@@ -27,9 +27,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from readside import queries
 from runtime.kafka_security import KafkaUnreachable
 from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, EVENTS
+from runtime.topics import DEAD_LETTERS, EVENTS, REDRIVES
 from services import deadletters
-from services.api.console import data, session
+from services.api.console import data, letters, session
+from services.api.console.letters import DeadLetterDesk
 from services.api.console.session import Visitor
 from services.api.console.sessions import SessionStore
 from services.projector.offsets import EndOffsets
@@ -45,6 +46,8 @@ characters."""
 MAX_REASON_CHARS = 1000
 """As long as a saga's reason may be (the contracts' ``Reason``)."""
 MAX_FORM_FIELDS = 10
+MAX_OFFSET_DIGITS = 18
+"""A Kafka offset is a 64-bit integer: longer digit strings are no offset."""
 HEADERS = {
     # Nothing but our own style sheet and forms: an injected tag could load or run nothing.
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
@@ -77,10 +80,11 @@ class ConsoleError(Exception):
 
 
 def install(app: FastAPI) -> None:
-    """The console's routes, its sessions, and its refusals rendered as pages (not the
-    API's JSON). Tests replace the sessions' clock."""
+    """The console's routes, its sessions and the dead-letter desk, and its refusals
+    rendered as pages (not the API's JSON). Tests replace the state's parts with fakes."""
     settings: Settings = app.state.settings
     app.state.console_sessions = SessionStore.from_settings(settings)
+    app.state.dead_letter_desk = DeadLetterDesk(settings)
     app.include_router(router)
     app.add_exception_handler(ConsoleError, _refused)  # type: ignore[arg-type]
 
@@ -304,25 +308,54 @@ async def failures(request: Request) -> Response:
 
 @router.get("/deadletters", response_class=HTMLResponse)
 async def dead_letters(request: Request) -> Response:
+    """A page of dead letters, newest first; ``?before=<offset>`` for older ones."""
     who = await _reader(request)
     if isinstance(who, Response):
         return who
-    return await _letters_page(request, who)
+    before = _offset(request.query_params.get("before"), "before")
+    return await _letters_page(request, who, before)
+
+
+def _offset(text: str | None, what: str) -> int | None:
+    """An offset a page or form sent: digits, or nothing."""
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or len(text) > MAX_OFFSET_DIGITS:
+        raise ConsoleError(400, f"The {what} offset must be a whole number, like 120.")
+    return int(text)
+
+
+def _desk(request: Request) -> DeadLetterDesk:
+    desk: DeadLetterDesk = request.app.state.dead_letter_desk
+    return desk
 
 
 async def _letters_page(
-    request: Request, who: Visitor, status: int = 200, result: str = "", ok: bool = True
+    request: Request,
+    who: Visitor,
+    before: int | None,
+    status: int = 200,
+    result: str = "",
+    ok: bool = True,
 ) -> HTMLResponse:
     settings: Settings = request.app.state.settings
-    letters = await _kafka(deadletters.list_letters(settings))
-    done = await _kafka(deadletters.redrives(settings))
+    desk = _desk(request)
+    topic = settings.topic(DEAD_LETTERS)
+    size = settings.console_deadletters_page
+    async with desk.log(topic) as dead:
+        page = await _kafka(letters.read_page(dead, before, size))
+    sources = [letter.source for letter in page.letters if data.names_record(letter)]
+    async with desk.log(settings.topic(REDRIVES)) as redriven:
+        done = await _kafka(letters.redrives_of(redriven, sources))
     return render(
         request,
         "deadletters.html",
         who,
         status,
-        letters=data.letter_views(letters, done),
-        topic=settings.topic(DEAD_LETTERS),
+        letters=data.letter_views(page.letters, done, letters.redrive_topics(settings)),
+        page=page,
+        page_size=size,
+        topic=topic,
         result=result,
         ok=ok,
     )
@@ -330,8 +363,9 @@ async def _letters_page(
 
 @router.post("/deadletters/{letter_offset}/redrive", response_class=HTMLResponse)
 async def redrive(request: Request, letter_offset: str) -> Response:
-    """Re-send a letter's original record, as ``sagaline deadletters redrive`` does: a
-    second re-drive of the same record is refused unless the form asks to force it."""
+    """Re-send a letter's original record, as ``sagaline deadletters redrive`` does, to one
+    of Sagaline's process channels only: a second re-drive of the same record is refused
+    unless the form asks to force it."""
     who = await session.visitor(request)
     if who is None:
         raise ConsoleError(401, "Log in first: re-driving needs a key with the 'admin' scope.")
@@ -341,21 +375,57 @@ async def redrive(request: Request, letter_offset: str) -> Response:
         raise ConsoleError(
             403, f"API key {who.key_id} has no 'admin' scope: re-driving a letter needs it."
         )
-    if not letter_offset.isdigit() or len(letter_offset) > 18:
+    if not letter_offset.isdigit() or len(letter_offset) > MAX_OFFSET_DIGITS:
         raise ConsoleError(404, "There is no dead letter at that offset.")
-    settings: Settings = request.app.state.settings
-    force = form.get("force") == "yes"
+    before = _offset(form.get("before"), "page's")
     try:
-        done = await _kafka(deadletters.redrive(settings, int(letter_offset), force=force))
+        message = await _redrive(request, int(letter_offset), force=form.get("force") == "yes")
+    except _Refused as refused:
+        return await _letters_page(request, who, before, refused.status, refused.message, False)
+    log.info("console: key %s %s", who.key_id, message)
+    return await _letters_page(request, who, before, result=message)
+
+
+class _Refused(ConsoleError):
+    """A re-drive refused: said at the top of the dead-letter page it was asked from."""
+
+
+async def _redrive(request: Request, letter_offset: int, force: bool) -> str:
+    """Re-drive the letter; what was done, as a sentence. :class:`_Refused` says why not."""
+    settings: Settings = request.app.state.settings
+    desk = _desk(request)
+    async with desk.log(settings.topic(DEAD_LETTERS)) as dead:
+        letter = await _kafka(letters.read_letter(dead, letter_offset))
+    if letter is None:
+        raise ConsoleError(404, f"There is no dead letter at offset {letter_offset}.")
+    if not data.names_record(letter):
+        raise _Refused(409, f"Refused: letter {letter_offset} names no record to re-send.")
+    allowed = letters.redrive_topics(settings)
+    target = str(letter.body["source_topic"])
+    if target not in allowed:
+        raise _Refused(
+            422,
+            f"Refused: letter {letter_offset} came from {target[:200]}, which is not one of "
+            "Sagaline's process channels; the console re-drives only to those "
+            f"({', '.join(sorted(allowed))}).",
+        )
+    async with desk.log(settings.topic(REDRIVES)) as redriven:
+        before = (await _kafka(letters.redrives_of(redriven, [letter.source]))).get(letter.source)
+    if before is not None and not force:
+        raise _Refused(
+            409,
+            f"Refused: letter {letter_offset} ({letter.source}) was re-driven at "
+            f"{before.get('redriven_at')} (to offset {before.get('offset')}); --force sends "
+            "it again.",
+        )
+    try:
+        done = await _kafka(desk.resend(letter, forced=before is not None))
     except deadletters.RedriveRefused as exc:
-        return await _letters_page(request, who, 409, f"Refused: {exc}.", ok=False)
+        raise _Refused(409, f"Refused: {exc}.") from exc
     again = " again (forced)" if done.forced else ""
-    log.info("console: key %s re-drove %s%s", who.key_id, done.source, again)
-    return await _letters_page(
-        request,
-        who,
-        result=f"Re-drove letter {letter_offset} ({done.source}){again} to partition "
-        f"{done.partition}, offset {done.offset}.",
+    return (
+        f"Re-drove letter {letter_offset} ({done.source}){again} to partition "
+        f"{done.partition}, offset {done.offset}."
     )
 
 
