@@ -178,6 +178,7 @@ async def test_pages_send_a_visitor_without_a_key_to_the_login_page(console: Con
         page = await client.get("/console/login")
         assert page.status_code == 200
         assert 'type="password"' in page.text and 'name="api_key"' in page.text
+        assert "never kept" in page.text and "30 minutes unused" in page.text
 
 
 async def test_login_gives_a_strict_httponly_cookie_never_a_url(

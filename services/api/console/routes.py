@@ -434,7 +434,15 @@ async def _redrive(request: Request, letter_offset: int, force: bool) -> str:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request) -> Response:
-    return render(request, "login.html", await session.visitor(request))
+    return _login_form(request, await session.visitor(request))
+
+
+def _login_form(
+    request: Request, who: Visitor | None, status: int = 200, message: str = ""
+) -> HTMLResponse:
+    settings: Settings = request.app.state.settings
+    idle = round(settings.console_session_idle_s / 60)
+    return render(request, "login.html", who, status, message=message, idle_minutes=idle)
 
 
 @router.post("/login", response_class=HTMLResponse)
@@ -480,7 +488,7 @@ INSECURE_LOGIN = (
 
 
 def _login_refused(request: Request, status: int, message: str) -> HTMLResponse:
-    return render(request, "login.html", None, status, message=message)
+    return _login_form(request, None, status, message)
 
 
 @router.post("/logout", response_class=HTMLResponse)
