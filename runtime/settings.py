@@ -256,6 +256,21 @@ class Settings(BaseSettings):
         ge=1,
         description="Commands a key may send at once before SAGALINE_API_RATE_PER_S paces it (the bucket's size)",
     )
+    api_key_failures_per_s: float = Field(
+        1.0,
+        gt=0,
+        description="Keys that were not valid one client address may present per second, once its SAGALINE_API_KEY_FAILURES_BURST is spent (each costs an scrypt run, ~70 ms and 16 MiB); past it a key this API process has not verified before is a 429 with Retry-After, checked by no scrypt run. Per API process; behind a proxy every client shares the proxy's address",
+    )
+    api_key_failures_burst: int = Field(
+        20,
+        ge=1,
+        description="Keys that were not valid one client address may present at once before SAGALINE_API_KEY_FAILURES_PER_S paces it (the bucket's size; a key that passes its check gives its token back)",
+    )
+    api_key_checks_at_once: int = Field(
+        4,
+        ge=1,
+        description="scrypt checks of presented keys one API process runs at once (in threads; ~16 MiB each): a key it has not verified before, or a wrong one; one more is a 429 with Retry-After. Keys verified before are recognised without scrypt",
+    )
     api_workers: int = Field(
         1,
         ge=1,

@@ -25,6 +25,7 @@ from services.api.console import routes as console
 from services.api.errors import documented, install_error_handlers
 from services.api.fastpath import FastLane
 from services.api.freshness import ReadWatch, database_probe
+from services.api.gate import KeyGate
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
 
@@ -69,28 +70,26 @@ def create_api(
     app.state.prometheus = api_metrics.ApiPrometheus()
     install_error_handlers(app)
     command_routers = (orders.router, products.router, *enrollments.COMMAND_ROUTERS)
-    # Inside the body limit (what it reads is bounded) and the metrics (it is counted).
+    # Inside the key gate (only admitted requests), the body limit (what it reads is
+    # bounded) and the metrics (it is counted).
     app.add_middleware(FastLane, api=app, routers=command_routers)
+    # Before anything reads a body: a request without a valid key is refused unread.
+    app.add_middleware(KeyGate, api=app)
     # Outermost but for Starlette's 500 handler: refuses a long body before anything reads it.
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     # Outside the body limit, so its 413s are counted too.
     app.add_middleware(api_metrics.RequestMetrics, metrics=app.state.prometheus)
     # Every route can answer these; the routes document the rest (services.api.errors).
+    # With keys, any keyed route may be throttled (a key it must check with scrypt).
     every_route = documented(413, 422)
-    keyed = documented(401, 403) if settings.api_auth else {}
-    limited = documented(429) if settings.api_auth or settings.api_rate_per_s > 0 else {}
+    keyed = documented(401, 403, 429) if settings.api_auth else {}
+    limited = documented(429) if settings.api_rate_per_s > 0 else {}
+    # Each router's scope is stated here, once (the gate and the document read it).
     for router in command_routers:
-        app.include_router(
-            router,
-            responses=every_route | keyed | limited,
-            dependencies=auth.dependencies(settings, "commands"),
-        )
+        auth.include(app, router, "commands", responses=every_route | keyed | limited)
     for router in (*queries.ROUTERS, *enrollments.QUERY_ROUTERS):
-        app.include_router(
-            router, responses=every_route | keyed, dependencies=auth.dependencies(settings, "read")
-        )
-
-    app.include_router(api_metrics.router, dependencies=auth.dependencies(settings, "read"))
+        auth.include(app, router, "read", responses=every_route | keyed)
+    auth.include(app, api_metrics.router, "read")
     # Guarded by its own login cookie (a browser sends no header on navigation).
     console.install(app)
 

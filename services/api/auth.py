@@ -1,33 +1,40 @@
-"""Who may call which route: an API key with the route's scope (services.keys).
+"""Who may call which route: an API key with the route's scope (services.keys), checked
+before anything reads the request's body (services.api.gate).
 
-Every router is included with :func:`guard` of its scope, a FastAPI dependency, so the
-OpenAPI document declares the ``ApiKey`` bearer scheme on each route that needs it (and
-``/healthz`` stays open). No key, or a key this API does not know: 401 with
+A router's scope is stated once, where the app includes it with :func:`include`: the gate
+reads it from there (``Access.routers``), and the OpenAPI document declares the ``ApiKey``
+bearer scheme on each of its routes (``/healthz`` and the console, included otherwise,
+stay open to the gate). No key, or a key this API does not know: 401 with
 ``WWW-Authenticate``; a known key without the scope: 403. Both say what is needed, and
-neither repeats what the client sent. Command routes also spend a token of the key's bucket
-(services.api.ratelimit) when a rate is set: 429 with ``Retry-After`` once it is empty.
+neither repeats what the client sent. Command routes then spend a token of the key's
+bucket (services.api.ratelimit) when a rate is set: 429 with ``Retry-After`` once it is
+empty. A key this process has not verified before costs an scrypt run, throttled per
+address and in number (services.api.keychecks).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import HTTPConnection
 
 from runtime.settings import Settings
+from services.api.keychecks import MAX_ADDRESSES, KeyChecks
 from services.api.ratelimit import TokenBuckets, retry_after
-from services.keys import SCOPES, Keyring
+from services.keys import SCOPES, Keyring, StoredKey, well_formed
 
 log = logging.getLogger(__name__)
 
 CHALLENGE = 'Bearer realm="sagaline"'
 ANONYMOUS = "anonymous"
 """The caller's name (and rate bucket) when auth is off."""
+CALLER = "sagaline.caller"
+"""Where the gate leaves the :class:`Caller` in a request's ASGI scope."""
 
 bearer = HTTPBearer(
     scheme_name="ApiKey",
@@ -47,14 +54,20 @@ class Caller:
     scopes: frozenset[str]
 
 
+ANONYMOUS_CALLER = Caller(ANONYMOUS, frozenset(SCOPES))
+
+
 @dataclass
 class Access:
-    """What the guards consult, kept on ``app.state.access``."""
+    """What the gate consults, kept on ``app.state.access``."""
 
     keyring: Keyring | None
     """None: auth is off."""
     buckets: TokenBuckets | None
     """None: no rate limit."""
+    checks: KeyChecks
+    routers: list[tuple[APIRouter, str]] = field(default_factory=list)
+    """Every keyed router and the scope its routes need (:func:`include`)."""
 
 
 def access_for(settings: Settings) -> Access:
@@ -62,7 +75,12 @@ def access_for(settings: Settings) -> Access:
     buckets = None
     if settings.api_rate_per_s > 0:
         buckets = TokenBuckets(settings.api_rate_per_s, settings.api_rate_burst)
-    return Access(keyring, buckets)
+    failures = TokenBuckets(
+        settings.api_key_failures_per_s,
+        settings.api_key_failures_burst,
+        max_callers=MAX_ADDRESSES,
+    )
+    return Access(keyring, buckets, KeyChecks(failures, settings.api_key_checks_at_once))
 
 
 def announce(settings: Settings, access: Access) -> None:
@@ -82,36 +100,92 @@ def announce(settings: Settings, access: Access) -> None:
         )
 
 
-def guard(scope: str) -> Callable[..., Awaitable[Caller]]:
-    """The dependency of every route that needs ``scope``."""
+# --- the scope of a route, stated once per router ---------------------------------------
+
+
+def include(app: FastAPI, router: APIRouter, scope: str, **options: Any) -> None:
+    """Include ``router``, every route of it needing ``scope``: the gate checks it, and the
+    OpenAPI document declares the bearer scheme on each (when auth is on)."""
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
-
-    async def check(request: Request, credentials: Credentials) -> Caller:
-        access: Access = request.app.state.access
-        caller = await _caller(access, credentials, scope, request)
-        if scope == "commands":
-            _spend(access.buckets, caller.key_id)
-        return caller
-
-    check.__name__ = f"requires_{scope}_scope"
-    return check
+    settings: Settings = app.state.settings
+    declared = [Depends(_declared(scope))] if settings.api_auth else []
+    app.include_router(router, dependencies=declared, **options)
+    access: Access = app.state.access
+    access.routers.append((router, scope))
 
 
-def dependencies(settings: Settings, scope: str) -> list[Any]:
-    """What ``include_router(..., dependencies=...)`` takes for a router of ``scope``."""
-    if settings.api_auth:
-        return [Depends(guard(scope))]
-    if scope == "commands" and settings.api_rate_per_s > 0:
-        return [Depends(_rate_only())]
-    return []
+def _declared(scope: str) -> Callable[..., Awaitable[Caller]]:
+    # ``credentials`` only declares the bearer scheme in the OpenAPI document: the gate
+    # checked the key before the route was reached (and without the gate this fails).
+    async def declared(request: Request, credentials: Credentials) -> Caller:
+        return caller_of(request)
+
+    declared.__name__ = f"requires_{scope}_scope"
+    return declared
 
 
-def _rate_only() -> Callable[..., Awaitable[None]]:
-    async def check(request: Request) -> None:
-        _spend(request.app.state.access.buckets, ANONYMOUS)
+def caller_of(request: HTTPConnection) -> Caller:
+    """The caller the gate admitted; a route the gate did not see fails closed (500)."""
+    caller = request.scope.get(CALLER)
+    if not isinstance(caller, Caller):
+        raise RuntimeError("a keyed route was reached without the key gate (services.api.gate)")
+    return caller
 
-    return check
+
+# --- the check ---------------------------------------------------------------------------
+
+
+async def admit(access: Access, connection: HTTPConnection, route: str, needed: str) -> Caller:
+    """The caller of a request to ``route`` (its method and template), which needs the
+    scope ``needed``; an HTTPException (401, 403, 429) when it may not pass. Reads the
+    headers only."""
+    caller = (
+        ANONYMOUS_CALLER
+        if access.keyring is None
+        else await _keyed_caller(access, access.keyring, connection, route, needed)
+    )
+    if needed == "commands":
+        _spend(access.buckets, caller.key_id)
+    return caller
+
+
+async def _keyed_caller(
+    access: Access, keyring: Keyring, connection: HTTPConnection, route: str, needed: str
+) -> Caller:
+    presented = bearer_credentials(connection.headers.get("authorization"))
+    if presented is None:
+        raise _unauthorized(
+            f"{route} needs an API key with the '{needed}' scope, sent as "
+            "'Authorization: Bearer <key>'"
+        )
+    # A key verified before is recognised on the loop; only a new one costs scrypt (a thread).
+    stored: StoredKey | None = keyring.recognise(presented)
+    if stored is None and well_formed(presented):
+        address = connection.client.host if connection.client else "unknown"
+        stored = await access.checks.verify(keyring, presented, address)
+    if stored is None:
+        raise _unauthorized(
+            "the API key is not valid here (unknown, revoked or mistyped); "
+            f"{route} needs a key with the '{needed}' scope"
+        )
+    if needed not in stored.scopes:
+        raise HTTPException(
+            403,
+            f"API key {stored.key_id} has the scope(s) {', '.join(sorted(stored.scopes))}; "
+            f"{route} needs the '{needed}' scope",
+        )
+    return Caller(stored.key_id, stored.scopes)
+
+
+def bearer_credentials(authorization: str | None) -> str | None:
+    """What ``Authorization: Bearer <credentials>`` carries, as FastAPI's HTTPBearer reads
+    it (the scheme in any case); None for no header or another scheme."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    credentials = credentials.strip()
+    if not scheme or not credentials or scheme.lower() != "bearer":
+        return None
+    return credentials
 
 
 def _spend(buckets: TokenBuckets | None, caller: str) -> None:
@@ -126,36 +200,6 @@ def _spend(buckets: TokenBuckets | None, caller: str) -> None:
             f"(bursts of {buckets.burst}); retry after the Retry-After seconds",
             headers={"Retry-After": retry_after(wait)},
         )
-
-
-async def _caller(
-    access: Access, credentials: HTTPAuthorizationCredentials | None, scope: str, request: Request
-) -> Caller:
-    if access.keyring is None:
-        return Caller(ANONYMOUS, frozenset(SCOPES))
-    # The route's template, not the path sent: nothing the client wrote is echoed.
-    route = f"{request.method} {getattr(request.scope.get('route'), 'path', 'this route')}"
-    if credentials is None:
-        raise _unauthorized(
-            f"{route} needs an API key with the '{scope}' scope, sent as "
-            "'Authorization: Bearer <key>'"
-        )
-    # A key verified before is recognised on the loop; only a new one costs scrypt (a thread).
-    stored = access.keyring.recognise(credentials.credentials)
-    if stored is None:
-        stored = await asyncio.to_thread(access.keyring.authenticate, credentials.credentials)
-    if stored is None:
-        raise _unauthorized(
-            "the API key is not valid here (unknown, revoked or mistyped); "
-            f"{route} needs a key with the '{scope}' scope"
-        )
-    if scope not in stored.scopes:
-        raise HTTPException(
-            403,
-            f"API key {stored.key_id} has the scope(s) {', '.join(sorted(stored.scopes))}; "
-            f"{route} needs the '{scope}' scope",
-        )
-    return Caller(stored.key_id, stored.scopes)
 
 
 def _unauthorized(message: str) -> HTTPException:

@@ -178,7 +178,9 @@ _MEANING = {
     413: "The body is longer than SAGALINE_API_MAX_BODY_BYTES",
     415: "The body is not sent as Content-Type: application/json",
     422: "A parameter or field is missing or wrong; `detail` names each",
-    429: "The key sent more commands than SAGALINE_API_RATE_PER_S allows; see Retry-After",
+    429: "Too many requests: commands from this key past SAGALINE_API_RATE_PER_S, keys that "
+    "were not valid from this address past SAGALINE_API_KEY_FAILURES_PER_S, or new keys past "
+    "SAGALINE_API_KEY_CHECKS_AT_ONCE; see Retry-After",
     503: "The message broker or the read-model database is unavailable; retry later",
     504: "The projector has not applied your write in time",
 }
@@ -207,7 +209,7 @@ _HEADERS: dict[int, dict[str, Any]] = {
     },
     429: {
         "Retry-After": {
-            "description": "Seconds until this key may send a command again",
+            "description": "Seconds to wait before sending the request again",
             "required": True,
             "schema": {"type": "integer", "minimum": 1},
         }

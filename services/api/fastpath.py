@@ -1,17 +1,17 @@
 """A command route's plainly valid requests answered without FastAPI's per-request machinery.
 
-FastAPI resolves a route's parameters per request through generic code (the key guard and
+FastAPI resolves a route's parameters per request through generic code (the key mark and
 its bearer scheme, the bus, the Idempotency-Key header, the body model), and Starlette
 passes every request through its exception and exit-stack middlewares and matches it
 against every route: under `wrk` that was well over half the CPU time of a POST /orders.
-:class:`FastLane`, an ASGI middleware just inside the body limit and the request metrics,
-first tries a route's ``fast`` function (attached with :func:`fast_path`), which does the
-route's work directly for a request that needs none of FastAPI's error answers — a JSON
-content type, a key this process has verified before and that has the ``commands`` scope,
-a short Idempotency-Key, a body the strict reader and the request model accept, a token in
-the caller's bucket. Any other request goes on, its body already read and replayed, to the
-FastAPI route, which answers it exactly as it always did: every 4xx and its sentence still
-come from one place (tests/unit/test_api_fastpath.py holds both paths to the same answers).
+:class:`FastLane`, an ASGI middleware just inside the key gate (services.api.gate: the
+caller is admitted, its token spent), first tries a route's ``fast`` function (attached
+with :func:`fast_path`), which does the route's work directly for a request that needs
+none of FastAPI's error answers — a JSON content type, a short Idempotency-Key, a body the
+strict reader and the request model accept. Any other request goes on, its body already
+read and replayed, to the FastAPI route, which answers it exactly as it always did: every
+4xx and its sentence still come from one place (tests/unit/test_api_fastpath.py holds both
+paths to the same answers).
 An exception out of a fast function (the broker down: 503) is answered by the app's own
 exception handlers, as Starlette's exception middleware would.
 """
@@ -27,7 +27,6 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.api.auth import ANONYMOUS, Access
 from services.api.body import NotJson, StrictJsonRequest
 
 IDEMPOTENCY_KEY_MAX = 200
@@ -39,9 +38,10 @@ Fast = Callable[[StrictJsonRequest], Awaitable[Response | None]]
 
 class FastLane:
     """Pure ASGI middleware: a POST to a route whose endpoint carries a ``fast`` function
-    (see :func:`fast_path`) is first offered to that function. Installed inside
-    :class:`~services.api.body.BodyLimit` (the body it reads is bounded) and the request
-    metrics (which count it under the route's template, set here as the router would)."""
+    (see :func:`fast_path`) is first offered to that function. Installed inside the key
+    gate (the caller is admitted), :class:`~services.api.body.BodyLimit` (the body it reads
+    is bounded) and the request metrics (which count it under the route's template, set
+    here as the router would)."""
 
     def __init__(self, app: ASGIApp, api: FastAPI, routers: Sequence[APIRouter]) -> None:
         self.app = app
@@ -132,22 +132,6 @@ def plain_json(request: Request) -> bool:
     return request.headers.get("content-type") == "application/json"
 
 
-def commands_caller(request: Request) -> str | None:
-    """The caller (key id, or anonymous when auth is off) of a request whose key this process
-    verified before and which has the ``commands`` scope; None for anything else (no key, a
-    new key still to be checked with scrypt, a missing scope): the guard answers those."""
-    access: Access = request.app.state.access
-    if access.keyring is None:
-        return ANONYMOUS
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    stored = access.keyring.recognise(credentials.strip())
-    if stored is None or "commands" not in stored.scopes:
-        return None
-    return stored.key_id
-
-
 def idempotency_key(request: Request) -> tuple[bool, str | None]:
     """(usable, the key): unusable when sent twice or longer than the route allows."""
     keys = request.headers.getlist("idempotency-key")
@@ -162,12 +146,6 @@ async def json_body(request: StrictJsonRequest) -> tuple[bool, Any]:
         return True, await request.json()
     except NotJson:
         return False, None
-
-
-def spend(request: Request, caller: str) -> bool:
-    """Spend a token of the caller's bucket; False (nothing spent) when it is empty."""
-    access: Access = request.app.state.access
-    return access.buckets is None or access.buckets.take(caller) == 0.0
 
 
 def validated(model: Any, value: Any) -> Any | None:

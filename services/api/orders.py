@@ -14,15 +14,7 @@ from services.api.body import StrictJsonRequest, StrictJsonRoute
 from services.api.commands import Accepted, accepted, command_id, dispatch, new_entity_id
 from services.api.deps import BusDep
 from services.api.errors import documented
-from services.api.fastpath import (
-    commands_caller,
-    fast_path,
-    idempotency_key,
-    json_body,
-    plain_json,
-    spend,
-    validated,
-)
+from services.api.fastpath import fast_path, idempotency_key, json_body, plain_json, validated
 from services.api.requests import ENTITY_ID, TEXT, OrderRequest
 from services.bus import CommandBus
 
@@ -55,16 +47,14 @@ IdempotencyKey = Annotated[
 
 async def _place_fast(request: StrictJsonRequest) -> Response | None:
     """POST /orders for a plainly valid request (services.api.fastpath); None: the route's
-    FastAPI handler answers it (every error included)."""
-    if not plain_json(request) or (caller := commands_caller(request)) is None:
+    FastAPI handler answers it (every error included). The key gate admitted it already."""
+    if not plain_json(request):
         return None
     usable, key = idempotency_key(request)
     if not usable:
         return None
     usable, value = await json_body(request)
     if not usable or (order := validated(OrderRequest, value)) is None:
-        return None
-    if not spend(request, caller):  # the guard spends in the same order: key, then body
         return None
     return await _place(order, request.app.state.bus, key)
 
