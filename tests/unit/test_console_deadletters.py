@@ -148,6 +148,25 @@ async def test_a_letters_value_is_shown_cut_to_a_preview(
     assert len(page) < PAGE * (PREVIEW_CHARS + 3000)
 
 
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (b"[" * 100_000, "nested deeper than"),
+        (b'{"reason": "\\"' + b'\\"' * 50_000, "ends early"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"[1, 2]", "not a JSON object"),
+        (None, "not a JSON object"),
+    ],
+)
+async def test_a_record_on_the_topic_that_is_no_letter_is_listed_with_why(
+    raw: bytes | None, said: str
+) -> None:
+    log = CountingLog([(None, raw)])
+    page = await letters.read_page(log, None, PAGE)
+    [listed] = page.letters
+    assert said in listed.body["reason"] and listed.body["reason"].startswith("(not a dead letter")
+
+
 def test_a_listed_letter_keeps_only_bounded_fields() -> None:
     huge = {"reason": "r" * 10**6, "value": "v" * 10**6, "nested": {"a": [1] * 1000}, "offset": 3}
     kept = letters.trimmed(huge)

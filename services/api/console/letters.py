@@ -15,7 +15,6 @@ range), so tests pass a log that counts what it was asked to read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from runtime.settings import Settings
 from runtime.topics import REDRIVES
 from sagas.catalog import CHANNELS
 from sagas.contracts.deadletters import DeadLetterBody
+from sagas.untrusted import JsonRefused, read_json
 from services import deadletters
 from services.deadletters import Letter, Redrive
 
@@ -124,12 +124,13 @@ def redrive_topics(settings: Settings) -> frozenset[str]:
 
 
 def _body(value: bytes | None) -> dict[str, Any]:
-    """A letter's JSON object (the standard library's parser: linear in the input, and a
-    nesting too deep for it is refused, not followed); what is not one says so."""
+    """A letter's JSON object, through the one reader of untrusted bytes (linear in their
+    length, nesting bounded): anyone who may produce to the topic may write anything on it.
+    What is not a letter says so."""
     try:
-        body = json.loads(value or b"null")
-    except (ValueError, RecursionError):
-        return {"reason": "(not a dead letter: unreadable JSON)"}
+        body = read_json(value or b"null")
+    except JsonRefused as refused:
+        return {"reason": f"(not a dead letter: {refused.problem})"}
     if not isinstance(body, dict):
         return {"reason": "(not a dead letter: not a JSON object)"}
     return body
