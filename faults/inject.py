@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
@@ -24,10 +25,12 @@ from faults.poison import PoisonRecord, build
 from faults.procs import ABORT, Broker, Service
 from faults.procs import pause as pause_unless_aborted
 from faults.stack import SESSION_TIMEOUT_S, Stack
-from faults.stores import Mismatch, recovery_mismatches
+from faults.stores import Mismatch, Unreadable, recovery_mismatches
 from runtime.settings import Settings
 from runtime.topics import table_name
+from sagas.catalog import channel as catalog_channel
 from sagas.catalog import running_channels
+from sagas.machinery.record import Record
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
 
@@ -236,11 +239,16 @@ class Injector:
                 await asyncio.wait_for(stop.wait(), 1.0)
 
 
-async def _all_mismatches(settings: Settings, tables_dir: Path) -> list[Mismatch]:
-    """Every table of a process the worker runs (the others have no store to compare)."""
-    found: list[Mismatch] = []
+async def _all_mismatches(settings: Settings, tables_dir: Path) -> list[Mismatch | Unreadable]:
+    """Every table of a process the worker runs (the others have no store to compare); each
+    recovered record must decode, a retired key's marker included."""
+    found: list[Mismatch | Unreadable] = []
     for channel in running_channels(settings.cdc_enabled):
+        declared = catalog_channel(channel)
+        # A definition's state type is a dataclass field's default: read it off the class.
+        state_type: Any = getattr(declared.definition, "state_type", None) if declared else None
+        codec = Record.codec(state_type) if state_type is not None else None
         found += await recovery_mismatches(
-            settings.kafka_bootstrap, tables_dir, settings.app_id, table_name(channel)
+            settings.kafka_bootstrap, tables_dir, settings.app_id, table_name(channel), codec
         )
     return found

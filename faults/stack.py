@@ -13,6 +13,14 @@ Timing settings, and why (see also RELIABILITY.md):
 * reservation TTL 150 s: longer than the two steps between a reserve and its confirm
   (placement -> authorize -> confirm, each bounded by the step timeout), so a saga never
   loses a hold to the TTL before its own timeout fires; the TTL only backs up a lost cancel.
+* retirement after 5 s, markers kept 20 s (sagas/machinery/retirement.py): far shorter than
+  production's hour and day, so finished orders, enrollments and payments retire, have their
+  redeliveries dropped by markers, and are deleted by tombstones inside each cycle (load 25
+  s, drain), with worker kills among those writes. Shorter than the step timeout, which the
+  production argument forbids: it holds here because a final order ignores every reply, and
+  a payment meets a late Void only after a saga timed out in CAPTURING, which no fault
+  lasts long enough to cause (above). The store check reads every recovered record
+  (faults/stores.py): a marker is a state, a key deleted is absent from changelog and store.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ PG_URL = os.environ.get(
 SESSION_TIMEOUT_S = 6.0
 STEP_TIMEOUT_S = 60.0
 RESERVATION_TTL_S = 150.0
+RETIRE_AFTER_S = 5.0
+RETIRED_MARKER_S = 20.0
 
 
 def free_port() -> int:
@@ -68,6 +78,8 @@ def cycle_settings(
         "session_timeout_s": SESSION_TIMEOUT_S,
         "step_timeout_s": STEP_TIMEOUT_S,
         "reservation_ttl_s": RESERVATION_TTL_S,
+        "retire_after_s": RETIRE_AFTER_S,
+        "retired_marker_s": RETIRED_MARKER_S,
         "database_url": db_url,
         "metrics_log_s": 10.0,
         "gap_alert_s": 20.0,

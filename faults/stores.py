@@ -16,14 +16,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rocksdict import AccessType, Options, Rdict
 
 from faults.topics import read_topic
+from sagas.machinery.history import is_chunk_key
+from sagas.machinery.record import Record
+
+WORKER_OWN = "\x00"
+"""How every key the worker keeps beside the records starts (input positions, deadline
+index entries): no envelope key can."""
 
 PERSISTED_OFFSET_KEY = b"__faust\x00offset__"
 """Where Faust's RocksDB store keeps the last changelog offset it holds
 (``Store.offset_key`` in faust/stores/rocksdb.py)."""
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A key the recovered store holds whose record does not decode (a history chunk it
+    reads is missing, or the bytes are no record): neither the key's state before a write
+    nor after it. A retired key's marker decodes (it reads no chunk): retired is a state."""
+
+    table: str
+    partition: int
+    key: bytes
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.table}[{self.partition}] key {self.key[:80]!r}: unreadable: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -60,16 +82,21 @@ def read_local(path: Path) -> tuple[dict[bytes, bytes], int | None]:
 
 
 async def recovery_mismatches(
-    bootstrap: str, tables_dir: Path, app_id: str, table: str
-) -> list[Mismatch]:
+    bootstrap: str,
+    tables_dir: Path,
+    app_id: str,
+    table: str,
+    record_type: type[Record[Any]] | None = None,
+) -> list[Mismatch | Unreadable]:
     """Every key of ``table`` whose value after Faust's recovery would differ from the last
-    value its changelog holds."""
+    value its changelog holds; and, given the table's ``record_type``, every record of the
+    recovered store that does not decode (the key is neither retired nor not retired)."""
     changelog = f"{app_id}-{table}-changelog"
     records = await read_topic(bootstrap, changelog)
     partitions = {r.partition for r in records} | {
         int(p.name.removesuffix(".db").rsplit("-", 1)[1]) for p in tables_dir.glob(f"{table}-*.db")
     }
-    found: list[Mismatch] = []
+    found: list[Mismatch | Unreadable] = []
     for partition in sorted(partitions):
         mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
         path = tables_dir / f"{table}-{partition}.db"
@@ -87,4 +114,27 @@ async def recovery_mismatches(
         for key in sorted(set(recovered) | {k for k, v in last.items() if v is not None}):
             if recovered.get(key) != last.get(key):
                 found.append(Mismatch(table, partition, key, recovered.get(key), last.get(key)))
+        if record_type is not None:
+            found += unreadable_records(table, partition, recovered, record_type)
+    return found
+
+
+def unreadable_records(
+    table: str, partition: int, store: dict[bytes, bytes], record_type: type[Record[Any]]
+) -> list[Unreadable]:
+    """Every record of ``store`` (history chunks and positions left out) that does not
+    decode with its chunks from the same store."""
+    found: list[Unreadable] = []
+    for raw_key, value in store.items():
+        key = raw_key.decode(errors="replace")
+        if key.startswith(WORKER_OWN) or is_chunk_key(key):
+            continue  # positions, deadline index entries, history chunks
+
+        def load(name: str) -> bytes | None:
+            return store.get(name.encode())
+
+        try:
+            record_type.decode(key, value, load)
+        except ValueError as exc:
+            found.append(Unreadable(table, partition, raw_key, str(exc)[:300]))
     return found
