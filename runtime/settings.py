@@ -271,6 +271,11 @@ class Settings(BaseSettings):
         ge=1,
         description="scrypt checks of presented keys one API process runs at once (in threads; ~16 MiB each): a key it has not verified before, or a wrong one; one more is a 429 with Retry-After. Keys verified before are recognised without scrypt",
     )
+    api_idempotency_keys: int = Field(
+        100_000,
+        ge=1,
+        description="Idempotency-Keys each API process remembers with a fingerprint of their request (about 250 bytes each), to answer the same key with a different body 422; the oldest is forgotten first. Ids derive from the key and the caller whether remembered or not, so a retry gets the same order in any process",
+    )
     api_workers: int = Field(
         1,
         ge=1,

@@ -26,6 +26,7 @@ from services.api.errors import documented, install_error_handlers
 from services.api.fastpath import FastLane
 from services.api.freshness import ReadWatch, database_probe
 from services.api.gate import KeyGate
+from services.api.idempotency import Remembered
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
 
@@ -67,6 +68,7 @@ def create_api(
     app.state.settings = settings
     app.state.bus = bus
     app.state.access = auth.access_for(settings)
+    app.state.idempotency = Remembered(settings.api_idempotency_keys)
     app.state.prometheus = api_metrics.ApiPrometheus()
     install_error_handlers(app)
     command_routers = (orders.router, products.router, *enrollments.COMMAND_ROUTERS)

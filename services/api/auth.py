@@ -24,6 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import HTTPConnection
 
 from runtime.settings import Settings
+from services.api.idempotency import idempotency_namespace
 from services.api.keychecks import MAX_ADDRESSES, KeyChecks
 from services.api.ratelimit import TokenBuckets, retry_after
 from services.keys import SCOPES, Keyring, StoredKey, well_formed
@@ -52,9 +53,11 @@ class Caller:
 
     key_id: str
     scopes: frozenset[str]
+    namespace: str = field(repr=False)
+    """What the caller's idempotent ids derive from (services.api.idempotency)."""
 
 
-ANONYMOUS_CALLER = Caller(ANONYMOUS, frozenset(SCOPES))
+ANONYMOUS_CALLER = Caller(ANONYMOUS, frozenset(SCOPES), ANONYMOUS)
 
 
 @dataclass
@@ -175,7 +178,7 @@ async def _keyed_caller(
             f"API key {stored.key_id} has the scope(s) {', '.join(sorted(stored.scopes))}; "
             f"{route} needs the '{needed}' scope",
         )
-    return Caller(stored.key_id, stored.scopes)
+    return Caller(stored.key_id, stored.scopes, idempotency_namespace(presented))
 
 
 def bearer_credentials(authorization: str | None) -> str | None:

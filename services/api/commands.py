@@ -10,7 +10,7 @@ from aiokafka.errors import KafkaError
 from fastapi import HTTPException, Response
 from pydantic import BaseModel, Field
 
-from sagas.ids import derive_id, external_command_id
+from sagas.ids import derive_id
 from sagas.messages import Envelope, Message
 from services.bus import CommandBus, Position
 
@@ -38,20 +38,10 @@ def accepted(model: type[Accepted], **fields: Any) -> Response:
     return Response(body, status_code=202, media_type="application/json")
 
 
-def command_id(scope: str, idempotency_key: str | None) -> str:
-    """The id of an accepted command; also its consistency token (it starts with ``cmd-``).
-
-    The same Idempotency-Key in the same scope always names the same command.
-    """
-    return external_command_id(_seed(scope, idempotency_key), "command")
-
-
 def new_entity_id(scope: str, idempotency_key: str | None) -> str:
-    """The id of an entity a command creates (an order): stable under one Idempotency-Key."""
-    return _seed(scope, idempotency_key)
-
-
-def _seed(scope: str, idempotency_key: str | None) -> str:
+    """The seed of a command's ids (services.api.idempotency.Ids): the id of the entity it
+    creates (an order), from which its command id derives. Stable under one Idempotency-Key
+    in one scope (the API's scopes start with the caller's namespace), random without one."""
     if idempotency_key is None:
         return uuid.uuid4().hex
     return derive_id("idempotency", f"{scope}/{idempotency_key}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy import Connection
 
 from readside import queries
@@ -22,8 +22,8 @@ from sagas.projections.enrollments import ENROLLMENTS, EnrollmentRow
 from sagas.projections.roster import COURSE_ROSTER
 from sagas.projections.students import STUDENT_ENROLLMENTS, StudentRow
 from services.api.body import StrictJsonRoute
-from services.api.commands import accepted, command_id, dispatch, new_entity_id
-from services.api.deps import BusDep
+from services.api.commands import accepted, dispatch
+from services.api.deps import BusDep, IdempotencyKey, claim
 from services.api.enrollment_models import (
     CourseAccepted,
     CourseRequest,
@@ -63,14 +63,6 @@ _ENROLLMENT_SAGA = saga_type(ENROLLMENTS.entity_type)
 CourseId = Annotated[str, Path(min_length=1, max_length=e.MAX_ID, pattern=ENTITY_ID)]
 StudentId = Annotated[str, Path(min_length=1, max_length=e.MAX_ID, pattern=ENTITY_ID)]
 EnrollmentId = Annotated[str, Path(min_length=1, max_length=e.MAX_ENROLLMENT_ID, pattern=ENTITY_ID)]
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        max_length=200,
-        description="Retries with the same key name the same command, which takes effect once",
-    ),
-]
 COMMAND_ERRORS = documented(400, 404, 415, 503, s404="No route matches (an id with a '/')")
 
 
@@ -81,11 +73,15 @@ COMMAND_ERRORS = documented(400, 404, 415, 503, s404="No route matches (an id wi
     "/{course_id}", status_code=202, response_model=CourseAccepted, responses=COMMAND_ERRORS
 )
 async def set_course(
-    course_id: CourseId, course: CourseRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
+    request: Request,
+    course_id: CourseId,
+    course: CourseRequest,
+    bus: BusDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Create or change a course; a capacity below the seats taken is refused by the course
     (its roster's event says why)."""
-    message_id = command_id(f"course/{course_id}", idempotency_key)
+    message_id = claim(request, f"course/{course_id}", idempotency_key, course).command()
     await dispatch(bus, COURSE, course.command(), key=course_id, message_id=message_id)
     return accepted(CourseAccepted, course_id=course_id, consistency_token=message_id)
 
@@ -94,13 +90,14 @@ async def set_course(
     "/{student_id}", status_code=202, response_model=StudentAccepted, responses=COMMAND_ERRORS
 )
 async def set_student(
+    request: Request,
     student_id: StudentId,
     student: StudentRequest,
     bus: BusDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Create or change a student; ``max_credits`` below the credits taken is refused."""
-    message_id = command_id(f"student/{student_id}", idempotency_key)
+    message_id = claim(request, f"student/{student_id}", idempotency_key, student).command()
     await dispatch(bus, STUDENT, student.command(), key=student_id, message_id=message_id)
     return accepted(StudentAccepted, student_id=student_id, consistency_token=message_id)
 
@@ -109,15 +106,15 @@ async def set_student(
     "", status_code=202, response_model=EnrollmentAccepted, responses=documented(400, 415, 503)
 )
 async def enroll(
-    request: EnrollRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
+    request: Request, enroll: EnrollRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> Response:
     """Ask to enroll a student in a course: a seat, or a place on its waitlist."""
-    enrollment_id = new_entity_id(f"enrollment/{request.student_id}", idempotency_key)
+    enrollment_id = claim(request, "enrollment", idempotency_key, enroll).entity()
     message_id = external_command_id(enrollment_id, "enroll")
     await dispatch(
         bus,
         ENROLLMENT_SAGA,
-        request.command(),
+        enroll.command(),
         key=enrollment_id,
         saga_id=enrollment_id,
         message_id=message_id,
@@ -129,11 +126,14 @@ async def enroll(
     "/{enrollment_id}", status_code=202, response_model=DropAccepted, responses=COMMAND_ERRORS
 )
 async def drop(
-    enrollment_id: EnrollmentId, bus: BusDep, idempotency_key: IdempotencyKey = None
+    request: Request,
+    enrollment_id: EnrollmentId,
+    bus: BusDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Drop the course (from ENROLLED, WAITLISTED or under way); a drop the enrollment
     cannot take (it ended already) changes nothing and its timeline says why."""
-    message_id = command_id(f"drop/{enrollment_id}", idempotency_key)
+    message_id = claim(request, f"drop/{enrollment_id}", idempotency_key, None).command()
     await _to_saga(bus, enrollment_id, e.Drop(), message_id)
     return accepted(DropAccepted, enrollment_id=enrollment_id, consistency_token=message_id)
 
@@ -145,19 +145,20 @@ async def drop(
     responses=COMMAND_ERRORS,
 )
 async def transfer(
+    request: Request,
     enrollment_id: EnrollmentId,
-    request: TransferRequest,
+    move: TransferRequest,
     bus: BusDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Move an ENROLLED enrollment to another course; it keeps its seat until the new one
     is confirmed, and stays where it is (with a reason) when the move fails."""
-    message_id = command_id(f"transfer/{enrollment_id}", idempotency_key)
-    await _to_saga(bus, enrollment_id, request.command(), message_id)
+    message_id = claim(request, f"transfer/{enrollment_id}", idempotency_key, move).command()
+    await _to_saga(bus, enrollment_id, move.command(), message_id)
     return accepted(
         TransferAccepted,
         enrollment_id=enrollment_id,
-        course_id=request.course_id,
+        course_id=move.course_id,
         consistency_token=message_id,
     )
 

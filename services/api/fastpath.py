@@ -28,9 +28,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.api.body import NotJson, StrictJsonRequest
-
-IDEMPOTENCY_KEY_MAX = 200
-"""The Idempotency-Key header's ``max_length`` on the command routes."""
+from services.api.deps import IDEMPOTENCY_KEY_MAX
 
 Fast = Callable[[StrictJsonRequest], Awaitable[Response | None]]
 """A route's fast path: its response, or None to hand the request to the FastAPI route."""

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from runtime.topics import ORDER_SAGA
 from sagas.contracts.orders import CancelOrder
 from sagas.ids import external_command_id
 from services.api.body import StrictJsonRequest, StrictJsonRoute
-from services.api.commands import Accepted, accepted, command_id, dispatch, new_entity_id
-from services.api.deps import BusDep
+from services.api.commands import Accepted, accepted, dispatch
+from services.api.deps import BusDep, IdempotencyKey, claim
 from services.api.errors import documented
 from services.api.fastpath import fast_path, idempotency_key, json_body, plain_json, validated
+from services.api.idempotency import Ids
 from services.api.requests import ENTITY_ID, TEXT, OrderRequest
 from services.bus import CommandBus
 
@@ -35,16 +36,6 @@ class CancelRequest(BaseModel):
     reason: str = Field("cancelled by customer", max_length=1000, pattern=TEXT)
 
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        max_length=200,
-        description="Retries with the same key return the same order and start no second saga",
-    ),
-]
-
-
 async def _place_fast(request: StrictJsonRequest) -> Response | None:
     """POST /orders for a plainly valid request (services.api.fastpath); None: the route's
     FastAPI handler answers it (every error included). The key gate admitted it already."""
@@ -56,19 +47,19 @@ async def _place_fast(request: StrictJsonRequest) -> Response | None:
     usable, value = await json_body(request)
     if not usable or (order := validated(OrderRequest, value)) is None:
         return None
-    return await _place(order, request.app.state.bus, key)
+    return await _place(order, request.app.state.bus, claim(request, "order", key, order))
 
 
 @router.post("", status_code=202, response_model=OrderAccepted, responses=documented(400, 415, 503))
 @fast_path(_place_fast)
 async def place_order(
-    order: OrderRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
+    request: Request, order: OrderRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> Response:
-    return await _place(order, bus, idempotency_key)
+    return await _place(order, bus, claim(request, "order", idempotency_key, order))
 
 
-async def _place(order: OrderRequest, bus: CommandBus, idempotency_key: str | None) -> Response:
-    order_id = new_entity_id(f"order/{order.customer_id}", idempotency_key)
+async def _place(order: OrderRequest, bus: CommandBus, ids: Ids) -> Response:
+    order_id = ids.entity()
     message_id = external_command_id(order_id, "place")
     command = order.command()
     await dispatch(bus, ORDER_SAGA, command, key=order_id, saga_id=order_id, message_id=message_id)
@@ -82,17 +73,18 @@ async def _place(order: OrderRequest, bus: CommandBus, idempotency_key: str | No
     responses=documented(400, 404, 415, 503, s404="No route matches (an order id with a '/')"),
 )
 async def cancel_order(
+    request: Request,
     order_id: Annotated[str, Path(min_length=1, max_length=200, pattern=ENTITY_ID)],
     bus: BusDep,
     body: CancelRequest | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    reason = (body or CancelRequest()).reason
-    message_id = command_id(f"cancel/{order_id}", idempotency_key)
+    cancel = body or CancelRequest()  # no body and the default reason are one request
+    message_id = claim(request, f"cancel/{order_id}", idempotency_key, cancel).command()
     await dispatch(
         bus,
         ORDER_SAGA,
-        CancelOrder(reason=reason),
+        CancelOrder(reason=cancel.reason),
         key=order_id,
         saga_id=order_id,
         message_id=message_id,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from runtime.topics import INVENTORY
 from services.api.body import StrictJsonRoute
-from services.api.commands import Accepted, accepted, command_id, dispatch
-from services.api.deps import BusDep
+from services.api.commands import Accepted, accepted, dispatch
+from services.api.deps import BusDep, IdempotencyKey, claim
 from services.api.errors import documented
 from services.api.requests import ENTITY_ID, StockRequest
 
@@ -31,12 +31,13 @@ class StockAccepted(Accepted):
     responses=documented(400, 404, 415, 503, s404="No route matches (a product id with a '/')"),
 )
 async def set_stock(
+    request: Request,
     product_id: ProductId,
     stock: StockRequest,
     bus: BusDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    message_id = command_id(f"stock/{product_id}", idempotency_key)
+    message_id = claim(request, f"stock/{product_id}", idempotency_key, stock).command()
     await dispatch(bus, INVENTORY, stock.command(), key=product_id, message_id=message_id)
     return accepted(
         StockAccepted, product_id=product_id, on_hand=stock.on_hand, consistency_token=message_id

@@ -5,8 +5,9 @@
 - POST /orders answers the same with and without its fast path (services.api.fastpath):
   valid orders, and every kind of request the fast path hands to the FastAPI route (no key,
   a wrong or read-only key, a bad content type, broken or nested JSON, an invalid order, an
-  Idempotency-Key too long or sent twice, an empty token bucket): same status, same body,
-  same headers that matter, same commands sent.
+  Idempotency-Key too long or sent twice, an Idempotency-Key reused with another body, an
+  empty token bucket): same status, same body, same headers that matter, same commands
+  sent.
 - The server configuration: uvloop and httptools, the worker count, the access log.
 """
 
@@ -98,6 +99,10 @@ def cases(key: str, reader: str) -> list[tuple[str, dict[str, Any]]]:
             },
         ),
         ("valid, empty key", {"json": ORDER, "headers": auth | {"Idempotency-Key": ""}}),
+        (
+            "same key, other body",
+            {"json": ORDER | {"customer_id": "c-2"}, "headers": auth | {"Idempotency-Key": "k-1"}},
+        ),
         ("no key", {"json": ORDER, "headers": {"Idempotency-Key": "k-3"}}),
         ("wrong key", {"json": ORDER, "headers": {"Authorization": f"Bearer {key[:-4]}ZZZZ"}}),
         ("basic scheme", {"json": ORDER, "headers": {"Authorization": f"Basic {key}"}}),
@@ -177,6 +182,7 @@ async def test_post_orders_answers_the_same_with_and_without_its_fast_path(
     assert statuses["valid"] == statuses["valid, empty key"] == statuses["json; charset"] == 202
     assert statuses["no key"] == 401 and statuses["read-only key"] == 403
     assert statuses["broken json"] == 400 and statuses["bad price"] == 422
+    assert statuses["same key, other body"] == 422
     assert len(sent_fast) == len(sent_slow) == 5  # the 4 valid ones, and a key sent twice
     # Envelopes with an Idempotency-Key are fully determined: equal on both paths.
     assert sent_fast[0] == sent_slow[0] and sent_fast[1] == sent_slow[1]
