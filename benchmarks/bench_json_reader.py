@@ -11,6 +11,7 @@ best of several rounds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -22,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks.common import calibration, machine
+from benchmarks.common import machine
 from faults.fuzz import REVIEW_SHAPES, filled
 from sagas.untrusted import read_json
 
@@ -121,10 +122,10 @@ def best_of(read: Callable[[bytes], Any], raw: bytes, seconds: float) -> float:
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         started = time.perf_counter()
-        try:
+        with contextlib.suppress(
+            ValueError, RecursionError, msgspec.DecodeError, msgspec.ValidationError
+        ):
             read(raw)
-        except (ValueError, RecursionError, msgspec.DecodeError, msgspec.ValidationError):
-            pass
         best = min(best, time.perf_counter() - started)
     return best
 
@@ -134,7 +135,6 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
     print(f"machine: {machine()}")
-    print(f"calibration: {calibration()}")
     print(f"commit: {commit}")
     readers = _readers()
     print("\nOrdinary records, microseconds per read (best of ~0.5 s), ratio to before:")

@@ -37,7 +37,10 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}\ncalibration: {calibration()}"
+    )
 
 
 def calibration(iterations: int = 10_000_000) -> str:
