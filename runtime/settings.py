@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     deadline_rescan_s: float = Field(
         600.0,
         ge=0,
-        description="How often the worker also re-reads every record of its tables to rebuild its deadline index, a safety net only (the index is fed by every stored batch and rebuilt after every rebalance; why nothing should escape it: services/worker/deadlines.py). It reads each record but decodes only those that may hold a deadline, in slices that let batches run; a deadline it alone would find fires at most this late. 0: never",
+        description="How often the worker also rebuilds its deadline index from its tables, a safety net only (the index is fed by every stored batch and rebuilt after every rebalance; why nothing should escape it: services/worker/deadlines.py). It reads the index entries the tables keep beside the records, those due within the next minute (the live work: never the finished records or the retired markers), in slices that let batches run; a deadline it alone would find fires at most this late. 0: never",
     )
 
     step_timeout_s: float = Field(

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import faust
 import rocksdict
@@ -45,11 +45,11 @@ from sagas.machinery.retirement import Retirement
 from sagas.messages import Envelope
 from services.worker import delivery
 from services.worker.batching import take_queued
-from services.worker.deadlines import DeadlineIndex
+from services.worker.deadlines import HORIZON, DeadlineIndex, indexed_key
 from services.worker.ingest import DebeziumIngest
 from services.worker.memory import open_rocksdbs
 from services.worker.metrics import Metrics
-from services.worker.positions import POSITION_KEY_PREFIX, InputPositions, position_key
+from services.worker.positions import InputPositions, position_key
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import Incoming, Positions, ProcessRunner, StateWrite, Table
 
@@ -143,16 +143,67 @@ class FaustTable:
             store.set_persisted_offset(TP(changelog, partition), offset)
 
     def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every key's state (positions and history chunks left out). Batches may write
-        while the caller iterates (the deadline rebuild yields to them): RocksDB iterators
-        read a snapshot, but a dict refuses to change size under an iterator, so the memory
-        store's items are copied first."""
+        """Every key's state (positions, deadline index entries and history chunks left
+        out). Batches may write while the caller iterates (the deadline rebuild yields to
+        them): RocksDB iterators read a snapshot, but a dict refuses to change size under an
+        iterator, so the memory store's items are copied first."""
         store = self.table.data
         everything = list(store.items()) if isinstance(store, MemoryStore) else store.items()
         for key, value in everything:
             text = key.decode()
-            if not text.startswith(POSITION_KEY_PREFIX) and not is_chunk_key(text):
+            if not text.startswith(_TABLE_OWN) and not is_chunk_key(text):
                 yield text, value
+
+    # --- what the deadline index reads (services/worker/deadlines.py) ----------------------
+    # Faust's RocksDB store keeps one database per partition (``_dbs``, those of the
+    # partitions this worker holds, by partition); rocksdict's ``keys(from_key=...)`` reads
+    # a key range in order. The memory store (tests only) is one dict for every partition:
+    # it reads as partition 0 and its entries are never missing.
+
+    def held_partitions(self) -> Sequence[int]:
+        store = self.table.data
+        if _rocksdict(store):
+            return sorted(store._dbs)
+        return [0]
+
+    def index_keys(self, partition: int, start: str, stop: str) -> Iterator[str]:
+        store = self.table.data
+        if not _rocksdict(store):
+            yield from sorted(k.decode() for k in list(store) if start <= k.decode() < stop)
+            return
+        db = store._dbs.get(partition)
+        if db is None:
+            return
+        end = stop.encode()
+        for key in db.keys(from_key=start.encode()):
+            if key >= end:
+                return
+            yield key.decode()
+
+    def needs_index(self, partition: int) -> bool:
+        if not _rocksdict(self.table.data):
+            return False
+        return self.load(indexed_key(partition), partition) is None
+
+    def records(self, partition: int) -> Iterator[tuple[str, bytes]]:
+        store = self.table.data
+        db = store._dbs.get(partition) if _rocksdict(store) else None
+        if db is None:
+            return
+        for key, value in db.items():
+            text = key.decode(errors="replace")
+            own = key == store.offset_key or text.startswith(_TABLE_OWN)
+            if not own and not is_chunk_key(text):
+                yield text, value
+
+
+_TABLE_OWN = "\x00"
+"""The first character of every key the worker keeps beside the records (input positions,
+deadline index entries and flags): no envelope key starts with it."""
+
+
+def _rocksdict(store: Any) -> bool:
+    return isinstance(store, RocksDBStore) and bool(store.use_rocksdict)
 
 
 def _store_locally(store: Any, writes: Sequence[tuple[bytes, bytes | None, int]]) -> None:
@@ -264,7 +315,7 @@ def _register(
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
         state_cache_keys=settings.state_cache_keys,
-        deadlines=DeadlineIndex(settings.deadline_rescan_s),
+        deadlines=DeadlineIndex(settings.deadline_rescan_s, horizon=HORIZON),
         retirement=Retirement(
             record=timedelta(seconds=settings.retire_after_s),
             marker=timedelta(seconds=settings.retired_marker_s),
@@ -521,6 +572,8 @@ def _register_deadline_timer(
             try:
                 if runner.deadlines.needs_rebuild(app.loop.time()):
                     await _rebuild(runner, app.loop.time(), changing_hands)
+                elif runner.deadlines.needs_extension(datetime.now(UTC)):
+                    await runner.extend_deadlines(changing_hands)
                 if changing_hands():
                     return
                 await _send_ticks(app, settings.topic(runner.process.name), runner)
@@ -530,14 +583,16 @@ def _register_deadline_timer(
 
 
 async def _rebuild(runner: ProcessRunner, now: float, interrupted: Callable[[], bool]) -> None:
-    table = cast(FaustTable, runner.table)
     started = time.perf_counter()
-    done = await runner.rebuild_deadlines(table.items(), now, interrupted)
+    done = await runner.rebuild_deadlines(now, interrupted)
     log.info(
-        "%s: %s: %d keys with deadlines; %d records read, %d decoded, in %.2f s",
+        "%s: %s: %d keys with deadlines due within %s; %d index entries read (and %d records "
+        "read, %d decoded, to index a partition written before entries), in %.2f s",
         runner.name,
         "deadline index rebuilt" if done else "a rebalance interrupted the deadline rebuild",
         len(runner.deadlines),
+        runner.deadlines.horizon,
+        runner.last_entries_read,
         *runner.last_deadline_scan,
         time.perf_counter() - started,
     )

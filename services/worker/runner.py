@@ -102,7 +102,15 @@ from sagas.machinery.step import StepResult, step
 from sagas.messages import ContractError, Envelope
 from sagas.untrusted import MAX_RECORD_BYTES
 from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, DeadLetter
-from services.worker.deadlines import DeadlineIndex
+from services.worker.deadlines import (
+    DEADLINE_KEY_PREFIX,
+    YIELD_EVERY,
+    DeadlineIndex,
+    entries_until,
+    entry_key,
+    indexed_key,
+    parse_entry,
+)
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions, Plan
 from services.worker.state_cache import StateCache
@@ -115,6 +123,9 @@ max request size (Faust's ``producer_max_request_size``, 1,000,000 bytes, which 
 keeps; the broker's default max message size, 1,048,588, is larger) less a record batch's
 framing (under 100 bytes) with margin. A larger one would be refused on every retry of its
 batch, and the partition would stop."""
+
+_AFTER_EVERY_ENTRY = DEADLINE_KEY_PREFIX[:-1] + "0"
+"""Sorts after every index entry's key ("0" follows the prefix's "/")."""
 
 _TAILS_ONLY = {PARTIAL: True}
 """Decoding for the deadline scan: a record's deadlines, without its histories' chunks."""
@@ -178,6 +189,24 @@ class Table(Protocol):
         (never a position without the states before it)."""
         ...
 
+    def held_partitions(self) -> Sequence[int]:
+        """The partitions whose part of the store this worker holds."""
+        ...
+
+    def index_keys(self, partition: int, start: str, stop: str) -> Iterable[str]:
+        """The keys of ``partition`` from ``start`` (included) to ``stop`` (excluded), in
+        order: how the deadline index's entries are read (:mod:`services.worker.deadlines`)."""
+        ...
+
+    def needs_index(self, partition: int) -> bool:
+        """Whether ``partition`` may hold records whose deadlines have no index entry (it was
+        written by a version without them): its records are read once to write them."""
+        ...
+
+    def records(self, partition: int) -> Iterable[tuple[str, bytes]]:
+        """Every record of ``partition`` (no positions, index entries or history chunks)."""
+        ...
+
 
 class DictTable(dict[str, bytes]):
     """An in-memory :class:`Table`, for tests and tools."""
@@ -185,6 +214,7 @@ class DictTable(dict[str, bytes]):
     def __init__(self) -> None:
         super().__init__()
         self.positions: dict[tuple[str, int], int] = {}
+        self.partition_of: dict[str, int] = {}
 
     def load(self, key: str, partition: int) -> bytes | None:
         return self.get(key)
@@ -198,7 +228,30 @@ class DictTable(dict[str, bytes]):
                 self.pop(s.key, None)
             else:
                 self[s.key] = s.value
+                self.partition_of[s.key] = s.partition
         self.positions.update(positions)
+
+    def held_partitions(self) -> Sequence[int]:
+        return sorted(
+            {self.partition_of.get(k, 0) for k in self} | {p for _, p in self.positions} or {0}
+        )
+
+    def index_keys(self, partition: int, start: str, stop: str) -> Iterable[str]:
+        return sorted(
+            k for k in self if start <= k < stop and self.partition_of.get(k, 0) == partition
+        )
+
+    def needs_index(self, partition: int) -> bool:
+        return indexed_key(partition) not in self
+
+    def records(self, partition: int) -> Iterable[tuple[str, bytes]]:
+        return [
+            (k, v)
+            for k, v in list(self.items())
+            if self.partition_of.get(k, 0) == partition
+            and not k.startswith("\x00")
+            and not is_chunk_key(k)
+        ]
 
 
 @dataclass
@@ -225,9 +278,15 @@ class ProcessRunner:
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
         self.last_deadline_scan = (0, 0)
-        """Records the latest deadline rebuild read, and how many of them it decoded."""
+        """Records the latest deadline rebuild read, and how many of them it decoded (only
+        a partition's first, when it had no index entries yet)."""
+        self.last_entries_read = 0
+        """Index entries the latest rebuild or extension read."""
         self.positions = InputPositions(self.table.load_position)
         self.states = StateCache(self.state_cache_keys)
+        self._writing = asyncio.Lock()
+        """Held around every table write: a batch's, and the index repair's (one writer at
+        a time keeps the local store applied in the changelog's order)."""
 
     @property
     def topic(self) -> str:
@@ -243,20 +302,83 @@ class ProcessRunner:
         return (self.topic,)
 
     async def rebuild_deadlines(
-        self,
-        items: Iterable[tuple[str, bytes]],
-        monotonic_now: float,
-        interrupted: Callable[[], bool] = lambda: False,
+        self, monotonic_now: float, interrupted: Callable[[], bool] = lambda: False
     ) -> bool:
-        """Re-index the deadlines of every key this worker's table holds, in slices between
-        which batches run (False: a rebalance interrupted it; see
-        :meth:`DeadlineIndex.rebuild`). Only records that may hold a deadline are decoded:
-        finished sagas, most of a table and never deleted, are recognized from their bytes."""
-        dates = self._due_dates(items)
+        """Re-index the deadlines this worker's table holds from its index entries due
+        within the horizon (:mod:`services.worker.deadlines`), in slices between which
+        batches run (False: a rebalance interrupted it; see :meth:`DeadlineIndex.rebuild`).
+        A partition without entries yet (written by an older version) has its records read
+        once first, and the entries they lack written."""
+        self.last_deadline_scan = (0, 0)
+        for partition in self.table.held_partitions():
+            if self.table.needs_index(partition) and not await self._index_partition(
+                partition, interrupted
+            ):
+                self.deadlines.stale = True
+                return False
+        horizon = self.deadlines.horizon
+        until = None if horizon is None else self.clock() + horizon
+        entries = self._entries(None, until)
         try:
-            return await self.deadlines.rebuild(dates, monotonic_now, interrupted)
+            return await self.deadlines.rebuild(entries, monotonic_now, interrupted, until)
         finally:
-            dates.close()  # an interrupted scan's counts are in last_deadline_scan too
+            entries.close()
+
+    async def extend_deadlines(self, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Read the index entries due within the horizon from now that the heap does not
+        hold yet (:meth:`DeadlineIndex.extend`)."""
+        horizon = self.deadlines.horizon
+        if horizon is None:
+            return True
+        return await self.deadlines.extend(self._entries, self.clock() + horizon, interrupted)
+
+    def _entries(
+        self, after: datetime | None, until: datetime | None
+    ) -> Generator[tuple[str, datetime | None]]:
+        """(key, due) of every index entry due after ``after`` and up to ``until`` (None:
+        from the first, to the last) of the partitions the table holds."""
+        start = DEADLINE_KEY_PREFIX if after is None else entries_until(after)[1]
+        stop = _AFTER_EVERY_ENTRY if until is None else entries_until(until)[1]
+        read = 0
+        try:
+            for partition in self.table.held_partitions():
+                for table_key in self.table.index_keys(partition, start, stop):
+                    read += 1
+                    yield parse_entry(table_key)
+        finally:
+            self.last_entries_read = read
+            self.metrics.inc(self.process.name, "deadline_entries_read", read)
+
+    async def _index_partition(self, partition: int, interrupted: Callable[[], bool]) -> bool:
+        """Write the index entry of every record of ``partition`` that has a deadline, then
+        the partition's flag (once per partition, after an upgrade: every write since keeps
+        the entries). A batch that changes a key meanwhile writes its own entries: at worst
+        one read here is left over, which costs a tick that fires nothing."""
+        entries: list[StateWrite] = []
+        dates = self._due_dates(self.table.records(partition))
+        try:
+            for n, (key, due) in enumerate(dates, start=1):
+                if due is not None:
+                    entries.append(StateWrite(entry_key(key, due), b"", partition))
+                if n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                    if interrupted():
+                        return False
+        finally:
+            dates.close()
+        if interrupted():
+            return False
+        entries.append(StateWrite(indexed_key(partition), b"1", partition))
+        async with self._writing:
+            await self.table.write(entries, {})
+        log.info(
+            "%s[%d]: indexed the deadlines of %d records once (%d with a deadline)",
+            self.name,
+            partition,
+            self.last_deadline_scan[0],
+            len(entries) - 1,
+        )
+        return True
 
     def _due_dates(
         self, items: Iterable[tuple[str, bytes]]
@@ -321,12 +443,14 @@ class ProcessRunner:
         await self._publish(decided.outbound, decided.dead)
         published = time.perf_counter()
         try:
-            await self.table.write(states, self._positions_to_store(plan, batch))
+            async with self._writing:
+                await self.table.write(states, self._positions_to_store(plan, batch))
         except BaseException:
             # Some of the states may be stored, some not: the cache knows neither.
             self.states.discard(fresh)
             raise
         for key, rec in fresh.items():
+            self.deadlines.fired.pop(key, None)  # its left-over entry, if any, is deleted
             if rec is None:
                 self.deadlines.schedule(key, None)
                 self.states.discard((key,))
@@ -395,6 +519,7 @@ class ProcessRunner:
         for key, rec in b.fresh.items():
             stored = b.stored[key]
             writes: list[tuple[str, bytes | None]] = []
+            first, last = self._entry_writes(key, stored, rec)
             if key in b.deleted and stored is not None:
                 # The stored marker and its chunks go (sagas/machinery/retirement.py); a
                 # record made after that in this batch is a new key's: none of it was stored.
@@ -403,10 +528,31 @@ class ProcessRunner:
             if rec is not None:
                 b.fresh[key], written = rec.writes(key, stored)
                 writes += written
+            writes = [*first, *writes, *last]
             if _largest_write(writes)[1] > self.max_state_bytes:
                 return None
             states += [StateWrite(k, v, b.partitions[key]) for k, v in writes]
         return states
+
+    def _entry_writes(
+        self, key: str, stored: Record[Any] | None, new: Record[Any] | None
+    ) -> tuple[list[tuple[str, bytes | None]], list[tuple[str, bytes | None]]]:
+        """The index entries a key's writes start and end with (services/worker/
+        deadlines.py): its new next deadline's entry before its record, its old one's
+        deletion after it, and the deletion of a left-over entry its last tick came from."""
+        old_due = None if stored is None else stored.next_deadline()
+        new_due = None if new is None else new.next_deadline()
+        first: list[tuple[str, bytes | None]] = []
+        last: list[tuple[str, bytes | None]] = []
+        if new_due != old_due:
+            if new_due is not None:
+                first.append((entry_key(key, new_due), b""))
+            if old_due is not None:
+                last.append((entry_key(key, old_due), None))
+        fired = self.deadlines.fired.get(key)
+        if fired is not None and fired != new_due and fired != old_due:
+            last.append((entry_key(key, fired), None))
+        return first, last
 
     def _state_too_large(
         self, key: str, record: Record[Any], stored: Record[Any] | None

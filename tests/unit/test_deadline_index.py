@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Iterator
 from datetime import datetime, timedelta
@@ -16,11 +17,23 @@ from pydantic import BaseModel
 
 from runtime.settings import Settings
 from sagas.contracts import ledger as lc
+from sagas.contracts import orders as oc
+from sagas.contracts.system import Tick
 from sagas.machinery.record import Record
+from sagas.machinery.retirement import Retirement
 from services.worker import faust_app
-from services.worker.deadlines import SLICE_S, YIELD_EVERY, DeadlineIndex
-from services.worker.runner import DictTable, ProcessRunner
-from tests.unit.test_runner import T0, FakeKafka, incoming, runner
+from services.worker.deadlines import SLICE_S, YIELD_EVERY, DeadlineIndex, entry_key, indexed_key
+from services.worker.runner import DictTable, ProcessRunner, StateWrite
+from tests.unit.test_runner import (
+    T0,
+    CutTable,
+    FakeKafka,
+    apply,
+    incoming,
+    order_message,
+    order_runner,
+    runner,
+)
 
 pytestmark = pytest.mark.unit
 TTL = 60
@@ -62,6 +75,7 @@ async def _stored(keys: int, reserved: int) -> tuple[DictTable, ProcessRunner]:
     (an expiry deadline); the rest hold none, as a finished saga's record."""
     table = DictTable()
     r = runner(FakeKafka(), table)
+    assert await r.rebuild_deadlines(0.0)  # at start: the empty partition is flagged indexed
     batch = [incoming(lc.SetCapacity(on_hand=5), f"p{i}", i) for i in range(keys)]
     batch += [
         incoming(
@@ -83,15 +97,35 @@ def _fresh(table: DictTable, rescan_every_s: float = 0.0) -> ProcessRunner:
     return r
 
 
-async def test_the_rebuild_on_stale_finds_every_deadline_and_decodes_only_those_records() -> None:
+async def test_the_rebuild_on_stale_reads_only_the_index_entries_not_the_records() -> None:
     table, _ = await _stored(keys=300, reserved=7)
     r = _fresh(table)
     assert r.deadlines.stale and r.deadlines.needs_rebuild(0.0)
     codec = Record.codec(r.process.state_type)
     with mock.patch.object(codec, "model_validate_json", wraps=codec.model_validate_json) as dec:
-        assert await r.rebuild_deadlines(table.items(), 0.0)
+        assert await r.rebuild_deadlines(0.0)
+    assert dec.call_count == 0  # no record is read: 293 of them hold no deadline
+    assert (r.last_entries_read, r.last_deadline_scan) == (7, (0, 0))
+    assert not r.deadlines.stale
+    due = T0 + timedelta(seconds=TTL)
+    assert r.deadlines.pop_due(due - timedelta(microseconds=1)) == []
+    assert sorted(key for key, _ in r.deadlines.pop_due(due)) == sorted(f"p{i}" for i in range(7))
+
+
+async def test_a_partition_written_before_index_entries_is_read_once_and_indexed() -> None:
+    table, _ = await _stored(keys=300, reserved=7)
+    for key in [k for k in table if k.startswith("\x00deadline")]:  # as an older version wrote
+        del table[key]  # (the flag too)
+    r = _fresh(table)
+    codec = Record.codec(r.process.state_type)
+    with mock.patch.object(codec, "model_validate_json", wraps=codec.model_validate_json) as dec:
+        assert await r.rebuild_deadlines(0.0)
     assert dec.call_count == 7
-    assert r.last_deadline_scan == (300, 7)
+    assert r.last_deadline_scan == (300, 7) and r.last_entries_read == 7
+    assert indexed_key(0) in table
+    again = _fresh(table)  # the next rebuild reads the entries only
+    assert await again.rebuild_deadlines(0.0)
+    assert (again.last_entries_read, again.last_deadline_scan) == (7, (0, 0))
     assert not r.deadlines.stale
     due = T0 + timedelta(seconds=TTL)
     assert r.deadlines.pop_due(due - timedelta(microseconds=1)) == []
@@ -101,7 +135,9 @@ async def test_the_rebuild_on_stale_finds_every_deadline_and_decodes_only_those_
 async def test_a_rebuild_lets_other_tasks_run_every_few_hundred_keys() -> None:
     table, _ = await _stored(keys=10 * YIELD_EVERY, reserved=3)
     r = _fresh(table)
-    during = await _turns_of_other_tasks(r.rebuild_deadlines(table.items(), 0.0))
+    for key in [k for k in table if k.startswith("\x00deadline")]:  # as an older version wrote
+        del table[key]  # (the flag too)
+    during = await _turns_of_other_tasks(r.rebuild_deadlines(0.0))
     assert during >= 9
     assert len(r.deadlines) == 3
 
@@ -149,7 +185,7 @@ async def test_a_deadline_scheduled_by_a_stored_batch_fires_without_any_rescan()
     table = DictTable()
     r = runner(FakeKafka(), table)
     r.deadlines = DeadlineIndex(rescan_every_s=0)  # SAGALINE_DEADLINE_RESCAN_S=0: never
-    assert await r.rebuild_deadlines(table.items(), 0.0)  # at start: an empty table
+    assert await r.rebuild_deadlines(0.0)  # at start: an empty table
     await r.handle_batch(
         [
             incoming(lc.SetCapacity(on_hand=5), "p1", 0),
@@ -250,3 +286,117 @@ async def _turns_of_other_tasks(work: Awaitable[object]) -> int:
     finally:
         other.cancel()
     return turns - before
+
+
+# --- the index in the table: a rebuild reads the live work (issue 25) ------------------------
+
+
+def _runner_at(table: DictTable, clock: list[datetime], horizon: timedelta) -> ProcessRunner:
+    r = dataclasses.replace(runner(FakeKafka(), table), clock=lambda: clock[0])
+    r.deadlines = DeadlineIndex(horizon=horizon)
+    return r
+
+
+async def test_finished_sagas_and_markers_are_not_read_by_a_rebuild() -> None:
+    """A thousand finished orders within their retention hold a deadline each (their
+    retirement, an hour away): a rebuild reads none of their entries, nor their records."""
+    clock = [T0]
+    table = DictTable()
+    orders = dataclasses.replace(
+        order_runner(table, clock),
+        retirement=Retirement(record=timedelta(hours=1), marker=timedelta(days=1)),
+    )
+    orders.deadlines = DeadlineIndex(horizon=timedelta(minutes=1))
+    assert await orders.rebuild_deadlines(0.0)
+    batch = [order_message(oc.CancelOrder(), n, key=f"o{n}") for n in range(1000)]
+    await orders.handle_batch(batch)
+    assert len(orders.deadlines) == 0  # an hour away: left to the table's entries
+    fresh = dataclasses.replace(orders)
+    fresh.deadlines = DeadlineIndex(horizon=timedelta(minutes=1))
+    assert await fresh.rebuild_deadlines(0.0)
+    assert (fresh.last_entries_read, fresh.last_deadline_scan) == (0, (0, 0))
+    # within the horizon of their retirement, an extension reads them (and nothing else)
+    clock[0] = T0 + timedelta(minutes=59, seconds=40)
+    assert fresh.deadlines.needs_extension(clock[0])
+    assert await fresh.extend_deadlines()
+    assert fresh.last_entries_read == 1000 and len(fresh.deadlines) == 1000
+
+
+async def test_a_deadline_beyond_the_horizon_fires_once_an_extension_reads_it() -> None:
+    clock = [T0]
+    table = DictTable()
+    r = _runner_at(table, clock, timedelta(minutes=1))
+    assert await r.rebuild_deadlines(0.0)
+    await r.handle_batch(
+        [
+            incoming(lc.SetCapacity(on_hand=5), "p1", 0),
+            incoming(lc.Reserve(reservation_id="o1:p1", quantity=1, ttl_seconds=300), "p1", 1),
+        ]
+    )
+    due = T0 + timedelta(seconds=300)
+    assert len(r.deadlines) == 0 and not r.deadlines.needs_extension(clock[0])
+    clock[0] = due - timedelta(seconds=40)
+    assert r.deadlines.needs_extension(clock[0])
+    assert await r.extend_deadlines()
+    assert r.deadlines.pop_due(due) == [("p1", due)]
+
+
+async def test_every_cut_of_a_keys_writes_leaves_its_stored_deadline_indexed() -> None:
+    table = CutTable()
+    r = runner(FakeKafka(), table)
+    steps = [
+        [incoming(lc.SetCapacity(on_hand=9), "p1", 0)],
+        [incoming(lc.Reserve(reservation_id="a:p1", quantity=1, ttl_seconds=60), "p1", 1)],
+        [incoming(lc.Reserve(reservation_id="b:p1", quantity=1, ttl_seconds=30), "p1", 2)],
+        [incoming(lc.Confirm(reservation_id="b:p1"), "p1", 3)],
+        [incoming(lc.Confirm(reservation_id="a:p1"), "p1", 4)],
+    ]
+    for batch in steps:
+        await r.handle_batch(batch)
+    codec = Record.codec(r.process.state_type)
+    for before, writes in table.history:
+        for cut in range(len(writes) + 1):
+            partial = dict(before)
+            apply(partial, writes[:cut])
+            if "p1" not in partial:
+                continue
+            due = codec.decode("p1", partial["p1"], partial.get).next_deadline()
+            entries = {k for k in partial if k.startswith("\x00deadline/")}
+            if due is not None:
+                assert entry_key("p1", due) in entries
+    assert [k for k in table if k.startswith("\x00deadline/")] == []  # nothing is left over
+
+
+async def test_a_left_over_entry_is_deleted_once_its_tick_is_processed() -> None:
+    table = DictTable()
+    r = runner(FakeKafka(), table)
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=5), "p1", 0)])
+    early = T0 - timedelta(seconds=5)
+    # what a crash between a record and its old entry's deletion leaves
+    await table.write([StateWrite(entry_key("p1", early), b"", 0)], {})
+    fresh = _fresh(table)
+    assert await fresh.rebuild_deadlines(0.0)
+    assert fresh.deadlines.pop_due(T0) == [("p1", early)]
+    await fresh.handle_batch([incoming(Tick(), "p1", 1)])  # fires nothing, deletes the entry
+    assert entry_key("p1", early) not in table
+
+
+async def test_ticks_keep_flowing_from_the_old_index_while_a_rebuild_reads() -> None:
+    index = DeadlineIndex()
+    index.schedule("due", T0)
+    popped: list[list[tuple[str, datetime]]] = []
+
+    def slow_entries() -> Iterator[tuple[str, datetime | None]]:
+        for i in range(5):
+            time.sleep(2 * SLICE_S)
+            yield f"k{i}", T0 + timedelta(hours=1)
+
+    async def timer() -> None:
+        await asyncio.sleep(0)
+        popped.append(index.pop_due(T0))
+
+    ticking = asyncio.create_task(timer())
+    assert await index.rebuild(slow_entries(), 0.0)
+    await ticking
+    assert popped == [[("due", T0)]]  # served by the old index during the rebuild
+    assert len(index) == 5

@@ -25,7 +25,7 @@ from sagas.machinery.retirement import Retirement
 from sagas.messages import Envelope
 from sagas.participants.ledger import CapacityLedger
 from services.worker.deadletter import DeadLetter
-from services.worker.deadlines import DeadlineIndex
+from services.worker.deadlines import DeadlineIndex, entry_key, indexed_key
 from services.worker.faust_app import create_app
 from services.worker.metrics import Metrics
 from services.worker.runner import MAX_STATE_BYTES, DictTable, Incoming, ProcessRunner
@@ -83,7 +83,7 @@ async def test_a_batch_decides_each_record_on_the_state_left_by_the_one_before()
     await runner(kafka, table).handle_batch(batch)
     replies = [Envelope.decode(v).type for t, _, v in kafka.sent if t == "t.order-saga"]
     assert replies == ["ledger.CapacitySet", "ledger.Reserved", "ledger.ReservationRejected"]
-    assert set(table) == {"p1"}
+    assert set(table) == {"p1", entry_key("p1", T0 + timedelta(seconds=60))}
 
 
 async def test_poison_records_are_dead_lettered_and_the_rest_of_the_batch_goes_on() -> None:
@@ -216,8 +216,10 @@ async def test_a_key_decided_several_times_in_a_batch_is_written_once_with_its_l
     ]
     await r.handle_batch(batch)
     # One write for the batch: each key once (four decisions on p1, one on p2), and the
-    # input position once per partition, stored after the states it covers.
-    assert table.writes == [(["p1", "p2"], {("t.inventory", 0): 5})]
+    # input position once per partition, stored after the states it covers; p1's deadline
+    # index entry comes before it (services/worker/deadlines.py).
+    p1_due = entry_key("p1", T0 + timedelta(seconds=60))
+    assert table.writes == [([p1_due, "p1", "p2"], {("t.inventory", 0): 5})]
     p1 = r._codec.decode("p1", table["p1"], table.get).state
     assert (p1.on_hand, p1.reserved, list(p1.holds), list(p1.closed)) == (
         8,
@@ -288,7 +290,10 @@ async def test_the_deadline_scan_skips_chunks_and_reads_chunked_records() -> Non
         [incoming(lc.Reserve(reservation_id="late:p1", quantity=1, ttl_seconds=60), "p1", 81)]
     )
     assert any(is_chunk_key(k) for k in table)
-    await r.rebuild_deadlines(table.items(), time.monotonic())
+    await r.rebuild_deadlines(time.monotonic())
+    assert r.last_entries_read == 1  # p1's entry: no record is read
+    table.pop(indexed_key(0))  # as if written before entries: the records are read once
+    await r.rebuild_deadlines(time.monotonic())
     assert r.last_deadline_scan == (1, 1)  # p1 only, decoded without its chunks
     assert [key for key, _ in r.deadlines.pop_due(T0 + timedelta(minutes=2))] == ["p1"]
 
@@ -329,7 +334,8 @@ async def test_decisions_whose_state_is_too_large_are_dead_lettered_and_the_stre
     p1 = r._codec.decode("p1", table["p1"], table.get).state
     assert (list(p1.holds), list(p1.closed)) == (["o2:p1"], ["o1:p1"])
     # Stored with the batch's position past every record: nothing is retried.
-    assert table.writes == [(["p1", "p2"], {("t.inventory", 0): 7})]
+    p1_due = entry_key("p1", T0 + timedelta(seconds=60))
+    assert table.writes == [([p1_due, "p1", "p2"], {("t.inventory", 0): 7})]
     assert all(len(k) + len(v) <= 650 for k, v in table.items())
     assert r.metrics.snapshot()["inventory.state_too_large"] == 2
 
@@ -398,15 +404,17 @@ def order_runner(table: DictTable, clock: list[datetime]) -> ProcessRunner:
     )
 
 
-def order_message(message: Any, offset: int, message_id: str | None = None) -> Incoming:
+def order_message(
+    message: Any, offset: int, message_id: str | None = None, key: str = "o1"
+) -> Incoming:
     env = Envelope.wrap(
         message,
         message_id=message_id or f"m{offset}",
-        key="o1",
-        saga_id="o1",
+        key=key,
+        saga_id=key,
         occurred_at=T0,
     )
-    return Incoming("t.order-saga", 0, offset, b"o1", env.encode())
+    return Incoming("t.order-saga", 0, offset, key.encode(), env.encode())
 
 
 def place_order() -> oc.PlaceOrder:
