@@ -56,6 +56,7 @@ run: install
 	@echo "Send the key above as 'Authorization: Bearer <key>'; 'sagaline keys --help' makes more."
 	@echo "Legacy CDC is on: rows written to the legacy database (psql -h 127.0.0.1 -p 55432 -U sagaline legacy;"
 	@echo "  schema school) become legacy.* events and enrollments (README, 'Legacy database (CDC)')."
+	@echo "  Its password is generated, in .local/pg/pgpass: PGPASSFILE=.local/pg/pgpass psql ..., or deploy/local/postgres.sh psql -d legacy."
 	@echo "Stop them and Kafka Connect with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
 
 # SIGTERM, up to 12 s for a clean stop, then SIGKILL (and a line) for whatever remains; then

@@ -36,18 +36,36 @@ from typing import Any
 
 from pydantic import SecretStr
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from faults.procs import REPO, Service
 from runtime.settings import Settings
 from services.keys import ensure_local_key
 
-PG_URL = os.environ.get(
-    "SAGALINE_FAULTS_PG_URL",
-    os.environ.get(
-        "SAGALINE_TEST_PG_URL",
-        "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/sagaline",
-    ),
+
+def local_pg_url(database: str = "sagaline") -> str:
+    """The cluster deploy/local/postgres.sh runs, as `sagaline`, with the password (and port)
+    it generated into .local/pg/pgpass (libpq's format: host:port:database:user:password).
+    Before its first start there is no file: the URL then has no password, and the first
+    connection is refused with a sentence that names the server."""
+    port, password = 55432, None
+    try:
+        lines = (REPO / ".local" / "pg" / "pgpass").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split(":")  # the generated passwords are hex: no escaped ':' in them
+        if len(fields) == 5 and fields[0] == "127.0.0.1" and fields[3] == "sagaline":
+            port, password = int(fields[1]), fields[4]
+            break
+    url = URL.create("postgresql+psycopg", "sagaline", password, "127.0.0.1", port, database)
+    return url.render_as_string(hide_password=False)
+
+
+PG_URL = (
+    os.environ.get("SAGALINE_FAULTS_PG_URL")
+    or os.environ.get("SAGALINE_TEST_PG_URL")
+    or local_pg_url()
 )
 SESSION_TIMEOUT_S = 6.0
 STEP_TIMEOUT_S = 60.0

@@ -408,8 +408,8 @@ class Settings(BaseSettings):
 
     # --- change data capture from the legacy school database (issue 10) --------------
     legacy_database_url: str = Field(
-        "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/legacy",
-        description="SQLAlchemy URL of the legacy school database (schema `school`, deploy/local/legacy/school.sql) whose changes Debezium captures; used by the tests and demos that write legacy rows, never by the correlator (it reads only the Debezium topics)",
+        "postgresql+psycopg://sagaline@127.0.0.1:55432/legacy?passfile=.local/pg/pgpass",
+        description="SQLAlchemy URL of the legacy school database (schema `school`, deploy/local/legacy/school.sql) whose changes Debezium captures; used by the tests and demos that write legacy rows, never by the correlator (it reads only the Debezium topics). The default takes the password deploy/local/postgres.sh generated from its libpq password file (relative to the working directory: run from the repository)",
     )
     cdc_window_s: float = Field(
         10.0,

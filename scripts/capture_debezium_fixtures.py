@@ -180,7 +180,8 @@ def main() -> None:
         f"{p}.transaction" for p in VARIANTS
     ]
     asyncio.run(delete_topics(args.bootstrap, topics))
-    dsn = f"host=127.0.0.1 port={args.pg_port} dbname=legacy user=postgres"
+    # The superuser logs in over the cluster's private unix socket only (deploy/local/postgres.sh).
+    dsn = f"host={ROOT / '.local/pg/run'} port={args.pg_port} dbname=legacy user=postgres"
     with psycopg.connect(dsn, autocommit=True) as conn:
         for prefix in VARIANTS:  # slots left by an interrupted run
             conn.execute(

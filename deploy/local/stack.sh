@@ -36,7 +36,8 @@ cmd_up() {
   log "stack up in $((SECONDS - t0)) s"
   log "  Kafka bootstrap: $("$KAFKA" bootstrap)"
   log "  Kafka SASL/SCRAM: $("$KAFKA" sasl-bootstrap || echo off)"
-  log "  Database URL:    $("$POSTGRES" url)"
+  # Masked: the password is in .local/pg/pgpass (`postgres.sh url` prints it whole).
+  log "  Database URL:    $("$POSTGRES" url | sed 's/:[^:@]*@/:***@/') (password: $("$POSTGRES" passfile))"
   log "  Kafka Connect:   $("$CONNECT" url) (connector legacy-school, topics legacy.*)"
 }
 

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from faults.stack import local_pg_url
 from readside import codec, schema, store
 from readside.engine import create_read_engine
 from readside.migrate import upgrade
@@ -30,9 +31,8 @@ from runtime.topics import EVENTS
 from sagas.messages import Envelope
 from tests.integration.harness import ServiceProcess
 
-PG_URL = os.environ.get(
-    "SAGALINE_TEST_PG_URL", "postgresql+psycopg://sagaline:sagaline@127.0.0.1:55432/sagaline"
-)
+PG_URL = os.environ.get("SAGALINE_TEST_PG_URL") or local_pg_url()
+"""deploy/local/postgres.sh's cluster, with the password it generated (.local/pg/pgpass)."""
 BACKENDS = ("postgresql", "sqlite")
 WALL_CLOCK_COLUMNS = {("pending_events", "held_since"), ("command_receipts", "applied_at")}
 """Columns that record when this run did something: they differ between two equal runs."""
@@ -58,7 +58,8 @@ def fresh_database(backend: str, tmp: Path) -> Iterator[str]:
     if problem is not None:  # fail, never skip: CI starts PostgreSQL, so this is a real error
         pytest.fail(
             f"PostgreSQL is not reachable at {make_url(PG_URL).render_as_string()}: start it "
-            f"with `deploy/local/postgres.sh start` or set SAGALINE_TEST_PG_URL ({problem})",
+            f"with `deploy/local/postgres.sh start` (it writes the password into "
+            f".local/pg/pgpass) or set SAGALINE_TEST_PG_URL ({problem})",
             pytrace=False,
         )
     url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)

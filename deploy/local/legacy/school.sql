@@ -1,12 +1,16 @@
 -- The legacy school database: the system of record whose changes Sagaline captures
 -- with Debezium (issue 10). Applied by deploy/local/connect.sh start as the
--- PostgreSQL superuser, and safe to apply again (every statement is idempotent):
---   psql -h 127.0.0.1 -p 55432 -U postgres -d postgres -v ON_ERROR_STOP=1 -f deploy/local/legacy/school.sql
+-- PostgreSQL superuser (over the cluster's private unix socket), and safe to apply
+-- again (every statement is idempotent):
+--   deploy/local/postgres.sh admin -v ON_ERROR_STOP=1 < deploy/local/legacy/school.sql
 -- Needs wal_level = logical on the cluster (deploy/local/postgres.sh sets it).
 
 -- Roles: `sagaline` (created by postgres.sh) owns and writes the tables like the
--- legacy application would; `debezium` only reads them and the WAL.
-SELECT 'CREATE ROLE debezium LOGIN REPLICATION PASSWORD ''debezium'''
+-- legacy application would; `debezium` only reads them and the WAL. No password here:
+-- deploy/local/postgres.sh creates both roles with the passwords it generates, and
+-- under Docker deploy/postgres-init/20-debezium-password.sh sets debezium's from
+-- deploy/.env. A role made here (none of those ran) cannot log in over TCP.
+SELECT 'CREATE ROLE debezium LOGIN REPLICATION'
  WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'debezium')\gexec
 SELECT 'CREATE DATABASE legacy OWNER sagaline'
  WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'legacy')\gexec
