@@ -30,6 +30,14 @@ stack-up:
 browser:
 	deploy/local/chromium.sh install
 
+# Debian's docker-compose, to validate deploy/docker-compose.yml (no Docker engine needed):
+# `make lint` runs its `config`, and so do the tests (once).
+.PHONY: compose
+compose:
+	deploy/local/compose.sh install
+test: compose
+lint: compose
+
 stack-down:
 	deploy/local/stack.sh down
 
@@ -83,6 +91,7 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m scripts.check_declarations
 	$(BIN)/python -m scripts.check_asyncapi
+	docker-compose -f deploy/docker-compose.yml --env-file deploy/.env.example config -q
 
 format: install
 	$(BIN)/ruff format .

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Debian's docker-compose (1.29, Python), to validate deploy/docker-compose.yml without a
+# Docker engine: `docker-compose ... config` only reads the file and its env file. `make
+# lint` runs it (and `make test`, whose tests run it too, installs it first).
+#
+# Usage: deploy/local/compose.sh install|check
+#   install  apt-get install docker-compose unless it is present (runs `apt-get update`
+#            only if the first attempt fails). Idempotent.
+#   check    exit 0 if docker-compose is installed, 3 if not
+set -euo pipefail
+
+SAGALINE_SCRIPT="compose"
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+present() {
+  command -v docker-compose >/dev/null 2>&1
+}
+
+cmd_install() {
+  if present; then
+    log "present: $(docker-compose version --short 2>/dev/null || echo docker-compose)"
+    return 0
+  fi
+  [[ $EUID -eq 0 ]] || die "docker-compose is not installed and we are not root: run 'sudo apt-get install -y docker-compose'"
+  require_cmd apt-get "Only Debian/Ubuntu are supported; install docker-compose by hand."
+  export DEBIAN_FRONTEND=noninteractive
+  local apt_opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+  log "installing Debian's docker-compose ..."
+  # As postgres.sh: try without `apt-get update` first, it is slow and often unneeded.
+  if ! apt-get install "${apt_opts[@]}" docker-compose; then
+    log "install failed, running apt-get update and retrying ..."
+    apt-get update -q
+    apt-get install "${apt_opts[@]}" docker-compose
+  fi
+  present || die "docker-compose installed but not on PATH"
+  log "installed: $(docker-compose version --short 2>/dev/null || echo docker-compose)"
+}
+
+case "${1:-}" in
+  install) cmd_install ;;
+  check)   present || exit 3 ;;
+  *)
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+    exit 2 ;;
+esac
