@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.topics import ORDER_SAGA
 from sagas.contracts.orders import CancelOrder
@@ -33,6 +33,8 @@ class CancelAccepted(Accepted):
 
 
 class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # like every request body: a stray field is a 422
+
     reason: str = Field("cancelled by customer", max_length=1000, pattern=TEXT)
 
 

@@ -332,13 +332,13 @@ def test_a_chunked_body_under_the_limit_is_read(api_url: str, auth: dict[str, st
     ("body", "words"),
     [
         (b'{"customer_id": "\xff\xfe"}', ["not valid JSON", "not UTF-8"]),
-        (b"[" * (MAX_BODY - 1), ["not valid JSON", "nests", "deep"]),
-        (b'{"a": ' * (MAX_BODY // 6), ["not valid JSON", "nests", "deep"]),
+        (b"[" * (MAX_BODY - 1), ["not valid JSON", "nested deeper than"]),
+        (b'{"a": ' * (MAX_BODY // 6), ["not valid JSON", "nested deeper than"]),
         (b'{"customer_id": "\\ud800"}', ["not valid JSON", "lone surrogate"]),
         (b'{"customer_id": NaN}', ["not valid JSON", "NaN"]),
         (b'{"quantity": Infinity}', ["not valid JSON", "Infinity"]),
-        (b'{"quantity": 1e999}', ["not valid JSON", "too large"]),
-        (b'{"customer_id": "c", ', ["not valid JSON", "line 1"]),
+        (b'{"quantity": 1e999}', ["not valid JSON", "out of range"]),
+        (b'{"customer_id": "c", ', ["not valid JSON", "ends early"]),
     ],
     ids=[
         "invalid-utf8",
