@@ -16,8 +16,9 @@ malformed ones:
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,21 +62,59 @@ class Api(ServiceProcess):
     ready_marker = None  # waited for by its port
 
 
-def _bodies(size: int) -> list[bytes]:
-    shapes = list(REVIEW_SHAPES.values())
-    return [filled(shapes[i % len(shapes)], size).expand() for i in range(HOSTILE_BODIES)]
+@dataclass(frozen=True)
+class Answer:
+    shape: str
+    seconds: float
+    status: int
 
 
-async def _timed(request: Awaitable[httpx.Response]) -> tuple[float, int]:
-    started = time.perf_counter()
-    response = await request
-    return time.perf_counter() - started, response.status_code
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection driven with bare asyncio streams: the test's own
+    client costs next to nothing per request (httpx's per-request work, 50 at once on two
+    cores, was most of what a first version measured)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> RawConnection:
+        return cls(*await asyncio.open_connection(host, port))
+
+    async def request(self, head: str, body: bytes = b"") -> tuple[float, int]:
+        """(seconds to the status line, status); the rest of the answer is read after."""
+        started = time.perf_counter()
+        self.writer.write(head.encode() + body)
+        await self.writer.drain()
+        status_line = await self.reader.readline()
+        took = time.perf_counter() - started
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        await self.reader.readexactly(length)
+        return took, int(status_line.split()[1])
+
+    def close(self) -> None:
+        self.writer.close()
 
 
-async def _poll_health(http: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+def _post(body: bytes, headers: dict[str, str]) -> str:
+    lines = [
+        "POST /orders HTTP/1.1",
+        "Host: api",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+async def _poll_health(conn: RawConnection, stop: asyncio.Event) -> list[float]:
     latencies = []
     while not stop.is_set():
-        took, status = await _timed(http.get("/healthz"))
+        took, status = await conn.request("GET /healthz HTTP/1.1\r\nHost: api\r\n\r\n")
         assert status == 200
         latencies.append(took)
         await asyncio.sleep(0.050)
@@ -83,34 +122,41 @@ async def _poll_health(http: httpx.AsyncClient, stop: asyncio.Event) -> list[flo
 
 
 async def _hostile_round(
-    url: str, headers: dict[str, str]
-) -> tuple[list[tuple[float, int]], list[float]]:
-    """The bodies sent at once, each on its own connection, while /healthz is polled on
-    another: (latency, status) of each body, and every /healthz latency."""
-    bodies = _bodies(64 * 1024)
-    limits = httpx.Limits(max_connections=HOSTILE_BODIES + 1)
-    async with (
-        httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http,
-        httpx.AsyncClient(base_url=url, timeout=30) as health,
-    ):
-        await http.get("/healthz")  # connections warm; not part of the measure
+    host: str, port: int, headers: dict[str, str]
+) -> tuple[list[Answer], list[float]]:
+    """50 bodies of 64 KB (the review's shapes in turn) sent at once, each on a connection
+    of its own opened beforehand, while /healthz is polled on another."""
+    names = list(REVIEW_SHAPES)
+    bodies = [
+        (names[i % len(names)], filled(REVIEW_SHAPES[names[i % len(names)]], 64 * 1024).expand())
+        for i in range(HOSTILE_BODIES)
+    ]
+    conns = [await RawConnection.open(host, port) for _ in range(HOSTILE_BODIES + 1)]
+    collector = gc.isenabled()
+    gc.disable()  # the driver's own collections are not the API's latency
+    try:
         stop = asyncio.Event()
-        poller = asyncio.create_task(_poll_health(health, stop))
+        poller = asyncio.create_task(_poll_health(conns[-1], stop))
         await asyncio.sleep(0.2)
-        sent = [
-            _timed(
-                http.post(
-                    "/orders",
-                    content=body,
-                    headers={**headers, "Content-Type": "application/json"},
-                )
-            )
-            for body in bodies
-        ]
-        answers = await asyncio.gather(*sent)
+
+        async def send(conn: RawConnection, shape: str, body: bytes) -> Answer:
+            return Answer(shape, *await conn.request(_post(body, headers), body))
+
+        answers = await asyncio.gather(
+            *(send(conn, shape, body) for conn, (shape, body) in zip(conns, bodies, strict=False))
+        )
         await asyncio.sleep(0.2)
         stop.set()
         return answers, await poller
+    finally:
+        if collector:
+            gc.enable()
+        for conn in conns:
+            conn.close()
+
+
+def _slowest(answers: list[Answer]) -> list[Answer]:
+    return sorted(answers, key=lambda a: -a.seconds)[:5]
 
 
 async def test_hostile_bodies_are_answered_at_once_and_never_hold_the_api(tmp_path: Path) -> None:
@@ -120,21 +166,24 @@ async def test_hostile_bodies_are_answered_at_once_and_never_hold_the_api(tmp_pa
     await create_topics(settings)
     api = Api(settings, tmp_path)
     api.start()
-    url = f"http://{settings.api_host}:{settings.api_port}"
+    host, port = settings.api_host, settings.api_port
     try:
-        await _wait_for_port(url, api)
-        answers, health = await _hostile_round(url, {})
-        assert {status for _, status in answers} == {401}, api.tail_log()
-        assert max(took for took, _ in answers) <= BOUND_S, sorted(t for t, _ in answers)[-5:]
+        await _wait_for_port(f"http://{host}:{port}", api)
+        answers, health = await _hostile_round(host, port, {})
+        assert {a.status for a in answers} == {401}, api.tail_log()
+        assert max(a.seconds for a in answers) <= BOUND_S, _slowest(answers)
         assert len(health) >= 4 and max(health) <= BOUND_S, sorted(health)[-5:]
 
         key = auth_headers(settings)
-        async with httpx.AsyncClient(base_url=url, headers=key) as http:
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", headers=key) as http:
             known = await http.get("/orders/none-yet")  # the key verified once, as any client's
             assert known.status_code not in (401, 403), known.text
-        answers, health = await _hostile_round(url, key)
-        assert {status for _, status in answers} == {400}, api.tail_log()
-        assert max(took for took, _ in answers) <= BOUND_S, sorted(t for t, _ in answers)[-5:]
+        answers, health = await _hostile_round(host, port, key)
+        # Not JSON (400), or JSON that is no order (422: "many keys", "long escapes"); the
+        # review's own shape is a 400.
+        assert {a.status for a in answers} <= {400, 422}, api.tail_log()
+        assert {a.status for a in answers if "escaped" in a.shape} == {400}
+        assert max(a.seconds for a in answers) <= BOUND_S, _slowest(answers)
         assert max(health) <= BOUND_S, sorted(health)[-5:]
     finally:
         api.stop()
