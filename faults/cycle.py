@@ -27,6 +27,7 @@ from sagas.catalog import READ_MODELS, running_channels
 from sagas.messages import ContractError, Envelope
 from sagas.projections.orders import ORDERS
 from sagas.projections.stock import PRODUCT_STOCK
+from services.api.idempotency import idempotency_namespace
 
 PRODUCTS = 4
 STOCK_START = 400
@@ -121,9 +122,10 @@ class Cycle:
             limits=limits,
             headers={"Authorization": f"Bearer {key}"},
         ) as http:
-            driver = LoadDriver(http, products, self.rng)
+            namespace = idempotency_namespace(key)
+            driver = LoadDriver(http, products, self.rng, namespace)
             students = [f"student-{i}" for i in range(STUDENTS)]
-            enrolling = EnrollmentLoad(http, list(COURSES), students, self.rng)
+            enrolling = EnrollmentLoad(http, list(COURSES), students, self.rng, namespace)
             await self._set_stock(driver, http, products)
             await self._set_courses_and_students(driver, http, students)
             stop_supervising = asyncio.Event()

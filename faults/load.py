@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from services.api.commands import new_entity_id
+from services.api.idempotency import scoped_id
 
 RETRY_BUDGET_S = 150.0
 """How long a client keeps retrying one request: longer than the longest broker outage
@@ -50,6 +50,8 @@ class LoadDriver:
     http: httpx.AsyncClient
     products: list[str]
     rng: random.Random
+    namespace: str
+    """The idempotency namespace of the harness's API key (ids are scoped by caller)."""
     clients: int = 6
     customers: int = 20
     attempts: list[Attempt] = field(default_factory=list)
@@ -74,7 +76,7 @@ class LoadDriver:
         chosen = self.rng.sample(self.products, self.rng.randint(1, min(3, len(self.products))))
         lines = {p: self.rng.randint(1, 3) for p in chosen}
         method = "decline" if self.rng.random() < DECLINE_SHARE else "card"
-        attempt = Attempt(new_entity_id(f"order/{customer}", key), customer, key, lines, method)
+        attempt = Attempt(scoped_id(self.namespace, "order", key), customer, key, lines, method)
         self.attempts.append(attempt)
         body = {
             "customer_id": customer,
@@ -173,6 +175,7 @@ class EnrollmentLoad:
     courses: list[str]
     students: list[str]
     rng: random.Random
+    namespace: str
     clients: int = 2
     attempts: list[EnrollAttempt] = field(default_factory=list)
     stats: Counter[str] = field(default_factory=Counter)
@@ -201,7 +204,7 @@ class EnrollmentLoad:
         course = self.rng.choice(self.courses)
         key = uuid.UUID(int=self.rng.getrandbits(128)).hex
         waitlist = self.rng.random() >= NO_WAITLIST_SHARE
-        enrollment_id = new_entity_id(f"enrollment/{student}", key)
+        enrollment_id = scoped_id(self.namespace, "enrollment", key)
         attempt = EnrollAttempt(enrollment_id, student, course, key, waitlist)
         self.attempts.append(attempt)
         body = {"student_id": student, "course_id": course, "waitlist": waitlist}

@@ -44,6 +44,13 @@ def idempotency_namespace(api_key: str) -> str:
     return hashlib.sha256(b"sagaline idempotency\0" + api_key.encode()).hexdigest()[:32]
 
 
+def scoped_id(namespace: str, route: str, key: str | None) -> str:
+    """The id a caller's Idempotency-Key gives on ``route`` (random without a key). A
+    client that holds its API key can compute it, e.g. to find the order of a 202 it never
+    received: ``scoped_id(idempotency_namespace(api_key), "order", key)``."""
+    return new_entity_id(f"{namespace}/{route}", key)
+
+
 @dataclass(frozen=True)
 class Ids:
     """The ids of one command: stable under one caller's Idempotency-Key on one route,
@@ -70,7 +77,7 @@ class Remembered:
     def claim(self, namespace: str, route: str, key: str | None, body: BaseModel | None) -> Ids:
         """The ids of this request; 422 when this caller sent ``key`` to ``route`` with
         another body before (and this process still remembers it)."""
-        ids = Ids(new_entity_id(f"{namespace}/{route}", key))
+        ids = Ids(scoped_id(namespace, route, key))
         if key is None:
             return ids
         printed = fingerprint(body)
