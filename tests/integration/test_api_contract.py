@@ -376,14 +376,19 @@ def test_a_hundred_thousand_brackets_are_a_413_sentence(api_url: str, auth: dict
 def test_numbers_beyond_what_the_read_model_stores_are_a_4xx_sentence(
     api_url: str, auth: dict[str, str]
 ) -> None:
-    for on_hand in (b"9" * 4000, b"2147483648", b"-1"):
+    # Past 64 bits the reader of untrusted JSON refuses the number before any model sees it.
+    for on_hand, status, words in (
+        (b"9" * 4000, 400, "integer of 4000 digits is out of range"),
+        (b"2147483648", 422, "on_hand"),
+        (b"-1", 422, "on_hand"),
+    ):
         response = httpx.put(
             f"{api_url}/products/p/stock",
             content=b'{"on_hand": ' + on_hand + b"}",
             headers={"Content-Type": "application/json"} | auth,
             timeout=10,
         )
-        assert_sentence(response, 422, "on_hand")
+        assert_sentence(response, status, words)
 
 
 def test_the_fuzzers_order_with_a_negative_decimal_is_a_422_naming_the_field(
@@ -414,14 +419,16 @@ def test_two_lines_for_one_product_are_a_422_asking_to_merge_them(
     assert_sentence(response, 422, "lines", "merge the quantities")
 
 
-def test_a_422_never_echoes_a_long_input(api_url: str, auth: dict[str, str]) -> None:
-    long_name = "x" * 3000
-    response = httpx.put(
-        f"{api_url}/products/p/stock", json={"on_hand": -1, long_name: 1}, headers=auth, timeout=10
-    )
-    assert response.status_code == 422
-    assert long_name not in response.text
-    assert len(response.text) < 2000
+def test_a_4xx_never_echoes_a_long_input(api_url: str, auth: dict[str, str]) -> None:
+    long_value = "x" * 3000
+    for body, status in (
+        ({"on_hand": long_value}, 422),
+        ({"on_hand": -1, long_value: 1}, 400),  # a field name past 128 characters
+    ):
+        response = httpx.put(f"{api_url}/products/p/stock", json=body, headers=auth, timeout=10)
+        assert response.status_code == status, response.text
+        assert long_value not in response.text
+        assert len(response.text) < 2000
 
 
 def test_a_body_that_is_not_sent_as_json_is_a_415(api_url: str, auth: dict[str, str]) -> None:
