@@ -78,18 +78,22 @@ def step(
         seen = record.seen.put(envelope.message_id, None).prune(keep=seen_window)
         result = _apply(process, record, decision, ctx, {"seen": seen})
     if not known and _changes_nothing(process, key, result):
-        return StepResult(record, (), unchanged=True)
+        return StepResult(record, result.outbound, unchanged=True)
     if result.deleted or retirement is None:
         return result
     return _retire_when_final(process, result, retirement, now)
 
 
 def _changes_nothing(process: Process[Any], key: str, result: StepResult) -> bool:
-    """A key the table does not hold stays out of it: nothing sent, no deadline, the state
-    still the initial one (its message id need not be remembered: deciding it again
-    changes nothing either)."""
+    """A key the table does not hold stays out of it when the decision leaves its state
+    the initial one, sets no deadline and publishes no fact (which would number the key's
+    events): a stray reply, or a command refused (its refusal is still sent; deciding it
+    again sends the same one, under the same id, so its message id need not be
+    remembered). Storing it would keep a record that never becomes final, never retires."""
     new = result.record
-    return not result.outbound and not new.deadlines and new.state == process.initial(key)
+    if new.deadlines or new.state != process.initial(key):
+        return False
+    return not any(out.channel == EVENTS_CHANNEL for out in result.outbound)
 
 
 def _retired(record: Record[Any], envelope: Envelope, now: datetime) -> StepResult:

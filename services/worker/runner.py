@@ -491,12 +491,19 @@ class ProcessRunner:
         b = _BatchDecisions()
         for record in records:
             result = self._decide(record, b.fresh, b.stored, now, b.dead)
-            if result is not None and not result.result.changed:
-                b.duplicates += 1
-            if result is None or not result.result.changed:
+            if result is None:
                 continue
             encoded = [self._encode(o) for o in result.result.outbound]
             too_large = self._too_large(encoded)
+            if not result.result.changed:
+                # Nothing to store; a refusal to a key the table does not hold is still sent
+                # (sagas/machinery/step.py): a redelivery sends it again, under the same id.
+                b.duplicates += 1
+                if too_large:
+                    b.dead.append(self._letter(record, too_large))
+                else:
+                    b.outbound.extend(encoded)
+                continue
             deleted = result.result.deleted
             if too_large is None and check_states and not deleted:
                 key = result.record_key

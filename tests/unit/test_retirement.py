@@ -272,3 +272,13 @@ def test_a_definitions_own_deadline_still_pending_postpones_the_retirement():
     assert key.record.deadlines[RETIRE_DEADLINE] == at(3 * 3600)
     key(tick("d"), now=at(3 * 3600))
     assert key.record.retired_at == at(3 * 3600)
+
+
+def test_a_command_refused_for_an_unknown_key_is_answered_and_stores_nothing():
+    """A Capture for a payment the table does not hold: refused, and no NEW payment is
+    kept (it would never become final, never retire)."""
+    key = Key(PaymentGateway())
+    result = key(envelope(pc.Capture(), key=ORDER, saga_id=ORDER, reply_to="order-saga"))
+    assert result.unchanged and key.record is None
+    [refusal] = result.outbound
+    assert refusal.envelope.type == pc.CaptureRefused.TYPE

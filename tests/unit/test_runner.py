@@ -17,6 +17,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from runtime.settings import Settings
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
+from sagas.contracts import payment as pc
 from sagas.contracts.system import Tick
 from sagas.definitions.order_saga import OrderSaga, OrderState
 from sagas.machinery.history import is_chunk_key
@@ -24,6 +25,7 @@ from sagas.machinery.record import Record
 from sagas.machinery.retirement import Retirement
 from sagas.messages import Envelope
 from sagas.participants.ledger import CapacityLedger
+from sagas.participants.payment import PaymentGateway
 from services.worker.deadletter import DeadLetter
 from services.worker.deadlines import DeadlineIndex, entry_key, indexed_key
 from services.worker.faust_app import create_app
@@ -482,3 +484,14 @@ async def test_a_stray_reply_for_an_unknown_saga_leaves_no_key() -> None:
     await r.handle_batch([order_message(reply, 0)])
     assert list(table) == [] and table.positions == {("t.order-saga", 0): 1}
     assert r.metrics.snapshot()["order-saga.unchanged"] == 1
+
+
+async def test_a_refusal_to_an_unknown_key_is_sent_and_nothing_is_stored() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    r = dataclasses.replace(runner(kafka, table), process=PaymentGateway())
+    env = Envelope.wrap(
+        pc.Capture(), message_id="m0", key="o1", saga_id="o1", reply_to="order-saga", occurred_at=T0
+    )
+    await r.handle_batch([Incoming("t.payment", 0, 0, b"o1", env.encode())])
+    assert [Envelope.decode(v).type for _, _, v in kafka.sent] == [pc.CaptureRefused.TYPE]
+    assert list(table) == [] and table.positions == {("t.payment", 0): 1}
