@@ -50,10 +50,11 @@ Duplicates: a part whose ``part_id`` was processed, or a claim whose id was answ
 dropped (besides the machinery's own window of message ids).
 
 Retention: a key whose queue and claims are empty is reset to its initial state
-``retention`` after its last message (the ``expire`` deadline). The machinery has no delete,
-so the key keeps its record (the machinery's window of recent message ids, a sequence
-number): a few hundred bytes per student or course. A part redelivered after the reset is
-only caught by those message ids; stage 1 does not send one again (see its retention).
+``retention`` after its last message (the ``expire`` deadline), which is final
+(``is_final``): the key retires, then its marker expires and the key is deleted
+(sagas/machinery/retirement.py). A part redelivered after the reset is caught by the
+machinery's message ids until the key retires, then dropped by its marker; stage 1 does not
+send one again (see its retention).
 
 Into the domain: with ``domain_channel`` set, every business event published is also sent,
 as a command, to that channel, keyed by :func:`domain_key`.

@@ -24,12 +24,14 @@ while that is unpublished (see there for what a later one yields). Snapshot rows
 (``op: r``) are keyed by their row and yield nothing unless ``snapshot_events`` is set.
 
 Retention: ``retention`` after a key's last message (the ``expire`` deadline) its state is
-reset to empty. The machinery has no delete, so the key keeps its record: the machinery's
-window of message ids (``SAGALINE_SEEN_WINDOW``, 500 by default), which still drops a row
-redelivered under the same message id (the ingest agent derives it from the position), for
-any transaction of fewer rows than that window. A row redelivered after the reset under
-another id would be taken as new: a duplicate part, which stage 2 drops while it remembers
-its ``part_id`` (its own retention).
+reset to empty, which is final (``is_final``): the key retires (sagas/machinery/
+retirement.py). Until it retires (SAGALINE_RETIRE_AFTER_S later) the machinery's window of
+message ids (``SAGALINE_SEEN_WINDOW``, 500 by default) still drops a row redelivered under
+the same message id (the ingest agent derives it from the position), for any transaction
+of fewer rows than that window; then its marker drops every row for the transaction
+(SAGALINE_RETIRED_MARKER_S), and after that the key is deleted. A row redelivered after
+that would be taken as new: a duplicate part, which stage 2 drops while it remembers its
+``part_id`` (its own retention).
 """
 
 from __future__ import annotations
