@@ -119,6 +119,11 @@ class LegacyDomain:
     def initial(self, key: str) -> LegacyDomainState:
         return LegacyDomainState()
 
+    def is_final(self, state: LegacyDomainState) -> bool:
+        """An enrollment instance whose Enroll was sent has nothing left to do: it retires
+        (sagas/machinery/retirement.py); a student's instance is live and never does."""
+        return state.pending is not None and state.pending.enroll_sent
+
     def decide(
         self, state: LegacyDomainState, message: Message, ctx: Context
     ) -> Decision[LegacyDomainState]:

@@ -14,6 +14,7 @@ from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc
 from sagas.contracts.legacy import TransactionEnded
 from sagas.definitions.legacy_correlator import LegacyCorrelator
+from sagas.definitions.legacy_domain import LegacyDomain, LegacyDomainState, Waiting
 from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.history import CHUNK, chunk_key
 from sagas.machinery.process import Context, Decision
@@ -282,3 +283,13 @@ def test_a_command_refused_for_an_unknown_key_is_answered_and_stores_nothing():
     assert result.unchanged and key.record is None
     [refusal] = result.outbound
     assert refusal.envelope.type == pc.CaptureRefused.TYPE
+
+
+def test_a_legacy_enrollment_instance_retires_once_its_enroll_is_sent_a_student_never():
+    domain = LegacyDomain()
+    waiting = Waiting(student_id="s1", course_id="c1", awaiting=frozenset({"course"}))
+    assert not domain.is_final(LegacyDomainState(pending=waiting))
+    sent = waiting.model_copy(update={"awaiting": frozenset(), "enroll_sent": True})
+    assert domain.is_final(LegacyDomainState(pending=sent))
+    assert not domain.is_final(LegacyDomainState(enrollments={"c1": "e1"}))
+    assert not domain.is_final(LegacyDomainState())
