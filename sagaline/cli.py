@@ -288,22 +288,40 @@ def deadletters() -> None:
 
 
 @deadletters.command("list")
-def deadletters_list() -> None:
-    """Every letter: its offset (what `show` and `redrive` take), source, stage, reason."""
-    from services.deadletters import list_letters, redrives
+@click.option("--before", type=click.IntRange(min=0), help="Letters before this offset")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),  # the bounds of SAGALINE_CONSOLE_DEADLETTERS_PAGE
+    help="Letters on the page, at most 500 [default: SAGALINE_CONSOLE_DEADLETTERS_PAGE, "
+    "the console's page]",
+)
+def deadletters_list(before: int | None, limit: int | None) -> None:
+    """A page of letters, newest first: offset (what `show` and `redrive` take), state,
+    when, source, stage, reason. The next page's command is said after it."""
+    from runtime.topics import DEAD_LETTERS
+    from services.deadletters import DeadLetterDesk, letter_page
 
     settings = get_settings()
-    letters, done = _kafka(list_letters(settings)), _kafka(redrives(settings))
-    for letter in letters:
+    size = limit or settings.console_deadletters_page
+    page, done = _kafka(letter_page(DeadLetterDesk(settings), settings, before, size))
+    for letter in page.letters:
         body = letter.body
-        mark = "re-driven" if letter.source in done else "parked   "
+        source = letter.source if letter.named else "?"
+        mark = "re-driven" if source in done else "parked   "
         reason = str(body.get("reason", ""))[:160]
         click.echo(
             f"{letter.letter_offset:>6}  {mark} {body.get('dead_lettered_at', '?')}  "
-            f"{letter.source}  {body.get('stage', '?')}: {reason}"
+            f"{source}  {body.get('stage', '?')}: {reason}"
         )
-    if not letters:
-        click.echo(f"no dead letters on {settings.topic('deadletter')}", err=True)
+    topic = settings.topic(DEAD_LETTERS)
+    if not page.letters:
+        kept = f" (it keeps offsets {page.first} and later)" if page.end > page.first else ""
+        click.echo(f"no dead letters on {topic} before offset {page.before}{kept}", err=True)
+    elif page.older is not None:
+        more = "" if limit is None else f" --limit {limit}"
+        click.echo(
+            f"older letters: sagaline deadletters list --before {page.older}{more}", err=True
+        )
 
 
 @deadletters.command("show")
@@ -312,15 +330,14 @@ def deadletters_show(letter_offset: int) -> None:
     """The whole letter at LETTER_OFFSET (JSON), and whether it was re-driven."""
     import json
 
-    from services.deadletters import RedriveRefused, find_letter, redrives
+    from services.deadletters import DeadLetterDesk, RedriveRefused, one_letter
 
     settings = get_settings()
     try:
-        letter = _kafka(find_letter(settings, letter_offset))
+        letter, done = _kafka(one_letter(DeadLetterDesk(settings), settings, letter_offset))
     except RedriveRefused as exc:
         raise click.ClickException(str(exc)) from exc
-    shown = {**letter.body, "redriven": _kafka(redrives(settings)).get(letter.source)}
-    click.echo(json.dumps(shown, indent=2))
+    click.echo(json.dumps({**letter.body, "redriven": done}, indent=2))
 
 
 @deadletters.command("redrive")
@@ -328,11 +345,13 @@ def deadletters_show(letter_offset: int) -> None:
 @click.option("--force", is_flag=True, help="Send it again even though it was re-driven before")
 def deadletters_redrive(letter_offset: int, force: bool) -> None:
     """Send the original record of the letter at LETTER_OFFSET back to its source topic and
-    partition (same key, same bytes: dedupe by message id still holds). Fix the cause first."""
-    from services.deadletters import RedriveRefused, redrive
+    partition (same key, same bytes: dedupe by message id still holds), when that topic is
+    one of Sagaline's process channels. Fix the cause first."""
+    from services.deadletters import DeadLetterDesk, RedriveRefused, redrive
 
+    settings = get_settings()
     try:
-        done = _kafka(redrive(get_settings(), letter_offset, force=force))
+        done = _kafka(redrive(DeadLetterDesk(settings), settings, letter_offset, force=force))
     except RedriveRefused as exc:
         raise click.ClickException(str(exc)) from exc
     again = " again (forced)" if done.forced else ""

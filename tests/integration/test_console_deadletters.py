@@ -14,8 +14,8 @@ from aiokafka import AIOKafkaProducer
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, REDRIVES, create_topics
-from services.api.console import letters
-from services.api.console.letters import PREVIEW_CHARS, DeadLetterDesk
+from services import deadletters
+from services.deadletters import PREVIEW_CHARS, DeadLetterDesk
 from services.worker.deadletter import DeadLetter
 from tests.integration.harness import broker_reachable, isolated_settings
 
@@ -59,23 +59,23 @@ async def test_pages_of_the_real_topic_read_only_their_offsets(tmp_path: Path) -
     await _park(settings)
     desk = DeadLetterDesk(settings)
     async with desk.log(settings.topic(DEAD_LETTERS)) as log:
-        assert isinstance(log, letters.KafkaLog)
-        newest = await letters.read_page(log, None, 3)
+        assert isinstance(log, deadletters.KafkaLog)
+        newest = await deadletters.read_page(log, None, 3)
         assert [x.letter_offset for x in newest.letters] == [6, 5, 4]
         assert (newest.older, newest.newest) == (4, True)
         seen = [o async for o, _k, _v in log.records(2, 4)]
         assert seen == [2, 3]  # nothing past the page's end is handed out
-        middle = await letters.read_page(log, newest.older, 3)
+        middle = await deadletters.read_page(log, newest.older, 3)
         assert [x.letter_offset for x in middle.letters] == [3, 2, 1]
-        last = await letters.read_page(log, middle.older, 3)
+        last = await deadletters.read_page(log, middle.older, 3)
         assert [x.letter_offset for x in last.letters] == [0] and last.older is None
-        whole = await letters.read_letter(log, 5)
+        whole = await deadletters.read_letter(log, 5)
         assert whole is not None and len(whole.body["value"]) == VALUE_BYTES
-        assert await letters.read_letter(log, COUNT) is None
+        assert await deadletters.read_letter(log, COUNT) is None
     listed = newest.letters[0].body
     assert len(listed["value"]) == PREVIEW_CHARS + 1 and listed["value_cut"] is True
-    allowed = letters.redrive_topics(settings)
+    allowed = deadletters.redrive_topics(settings)
     assert [x.body["source_topic"] in allowed for x in middle.letters] == [True, False, True]
     async with desk.log(settings.topic(REDRIVES)) as log:
-        assert await letters.redrives_of(log, ["y:0:0"]) == {}
-        assert await letters.redrives_of(log, ["x:0:0"]) == {"x:0:0": {"offset": 1}}
+        assert await deadletters.redrives_of(log, ["y:0:0"]) == {}
+        assert await deadletters.redrives_of(log, ["x:0:0"]) == {"x:0:0": {"offset": 1}}

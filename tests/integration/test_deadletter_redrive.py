@@ -16,17 +16,19 @@ import asyncio
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, ORDER_SAGA
+from runtime.topics import DEAD_LETTERS, ORDER_SAGA, REDRIVES
 from sagas.contracts import orders as oc
-from services.deadletters import list_letters
+from services.worker.deadletter import DeadLetter
 from tests.integration.harness import (
     Stack,
     isolated_settings,
+    produce_raw,
     read_all,
     running_stack,
     settings_env,
@@ -118,7 +120,7 @@ async def test_a_dead_lettered_order_is_redriven_once_after_the_fix(
         assert forced.returncode == 0, forced.stderr
         assert "again (forced)" in forced.stdout
         await _placed_once_then_cancel_refused(stack, order_id)
-        assert len(await list_letters(fixed)) == 1  # the re-driven record was not parked again
+        assert len(await _letters(fixed, 1)) == 1  # the re-driven record was not parked again
 
 
 async def test_an_unknown_letter_offset_is_a_sentence(tmp_path: Path) -> None:
@@ -130,3 +132,41 @@ async def test_an_unknown_letter_offset_is_a_sentence(tmp_path: Path) -> None:
     assert refused.returncode == 1
     assert "no dead letter at offset 7" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+@dataclass(frozen=True)
+class _Parked:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+async def test_list_pages_the_topic_and_a_redrive_to_a_foreign_topic_is_refused(
+    tmp_path: Path,
+) -> None:
+    settings = isolated_settings(tmp_path)
+    from runtime.topics import create_topics
+
+    await create_topics(settings)
+    for n in range(5):  # 0, 2, 4 from a process channel; 1, 3 from someone else's topic
+        source = settings.topic(ORDER_SAGA) if n % 2 == 0 else "payments.ledger"
+        letter = DeadLetter.of(_Parked(source, 0, n, b"k", b"{}"), f"broken {n}", "order-saga")
+        await produce_raw(settings, DEAD_LETTERS, b"k", letter.encode())
+
+    newest = _cli(settings, "list", "--limit", "2")
+    assert newest.returncode == 0, newest.stderr
+    assert [line.split()[0] for line in newest.stdout.splitlines()] == ["4", "3"]
+    assert "sagaline deadletters list --before 3 --limit 2" in newest.stderr
+    older = _cli(settings, "list", "--before", "3", "--limit", "2")
+    assert [line.split()[0] for line in older.stdout.splitlines()] == ["2", "1"]
+    oldest = _cli(settings, "list", "--before", "1")
+    assert [line.split()[0] for line in oldest.stdout.splitlines()] == ["0"]
+    assert "--before" not in oldest.stderr
+
+    refused = _cli(settings, "redrive", "3", "--force")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "letter 3 came from payments.ledger, which is not one of Sagaline's" in refused.stderr
+    assert len(await read_all(settings, ORDER_SAGA)) == 0  # nothing was sent anywhere
+    assert await read_all(settings, REDRIVES) == []

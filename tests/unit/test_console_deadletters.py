@@ -18,9 +18,8 @@ import pytest
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, REDRIVES, changelog_topic
 from sagas.catalog import CHANNELS
-from services.api.console import letters
-from services.api.console.letters import PREVIEW_CHARS, Record
-from services.deadletters import Letter, Redrive, redrive_record
+from services import deadletters
+from services.deadletters import PREVIEW_CHARS, Letter, Record, Redrive, redrive_record
 from services.worker.deadletter import DeadLetter
 from tests.unit.test_console import Console, form_token
 
@@ -162,15 +161,15 @@ async def test_a_record_on_the_topic_that_is_no_letter_is_listed_with_why(
     raw: bytes | None, said: str
 ) -> None:
     log = CountingLog([(None, raw)])
-    page = await letters.read_page(log, None, PAGE)
+    page = await deadletters.read_page(log, None, PAGE)
     [listed] = page.letters
     assert said in listed.body["reason"] and listed.body["reason"].startswith("(not a dead letter")
 
 
 def test_a_listed_letter_keeps_only_bounded_fields() -> None:
     huge = {"reason": "r" * 10**6, "value": "v" * 10**6, "nested": {"a": [1] * 1000}, "offset": 3}
-    kept = letters.trimmed(huge)
-    assert len(kept["reason"]) == letters.FIELD_CHARS + 1 and kept["reason_cut"] is True
+    kept = deadletters.trimmed(huge)
+    assert len(kept["reason"]) == deadletters.FIELD_CHARS + 1 and kept["reason_cut"] is True
     assert len(kept["value"]) == PREVIEW_CHARS + 1 and kept["offset"] == 3
     assert "nested" not in kept
 
@@ -278,4 +277,4 @@ async def test_an_unknown_letter_offset_is_a_404(console: tuple[Console, FakeDes
 
 def test_the_redrive_topics_are_the_declared_process_channels() -> None:
     settings = Settings(topic_prefix="x")
-    assert letters.redrive_topics(settings) == {f"x.{c.name}" for c in CHANNELS}
+    assert deadletters.redrive_topics(settings) == {f"x.{c.name}" for c in CHANNELS}

@@ -27,12 +27,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from readside import queries
 from runtime.kafka_security import KafkaUnreachable
 from runtime.settings import Settings
-from runtime.topics import DEAD_LETTERS, EVENTS, REDRIVES
+from runtime.topics import DEAD_LETTERS, EVENTS
 from services import deadletters
-from services.api.console import data, letters, session
-from services.api.console.letters import DeadLetterDesk
+from services.api.console import data, session
 from services.api.console.session import Visitor
 from services.api.console.sessions import SessionStore
+from services.deadletters import DeadLetterDesk, Desk
 from services.projector.offsets import EndOffsets
 from services.projector.status import projection_status
 
@@ -325,8 +325,8 @@ def _offset(text: str | None, what: str) -> int | None:
     return int(text)
 
 
-def _desk(request: Request) -> DeadLetterDesk:
-    desk: DeadLetterDesk = request.app.state.dead_letter_desk
+def _desk(request: Request) -> Desk:
+    desk: Desk = request.app.state.dead_letter_desk
     return desk
 
 
@@ -339,23 +339,17 @@ async def _letters_page(
     ok: bool = True,
 ) -> HTMLResponse:
     settings: Settings = request.app.state.settings
-    desk = _desk(request)
-    topic = settings.topic(DEAD_LETTERS)
     size = settings.console_deadletters_page
-    async with desk.log(topic) as dead:
-        page = await _kafka(letters.read_page(dead, before, size))
-    sources = [letter.source for letter in page.letters if data.names_record(letter)]
-    async with desk.log(settings.topic(REDRIVES)) as redriven:
-        done = await _kafka(letters.redrives_of(redriven, sources))
+    page, done = await _kafka(deadletters.letter_page(_desk(request), settings, before, size))
     return render(
         request,
         "deadletters.html",
         who,
         status,
-        letters=data.letter_views(page.letters, done, letters.redrive_topics(settings)),
+        letters=data.letter_views(page.letters, done, deadletters.redrive_topics(settings)),
         page=page,
         page_size=size,
-        topic=topic,
+        topic=settings.topic(DEAD_LETTERS),
         result=result,
         ok=ok,
     )
@@ -393,33 +387,14 @@ class _Refused(ConsoleError):
 async def _redrive(request: Request, letter_offset: int, force: bool) -> str:
     """Re-drive the letter; what was done, as a sentence. :class:`_Refused` says why not."""
     settings: Settings = request.app.state.settings
-    desk = _desk(request)
-    async with desk.log(settings.topic(DEAD_LETTERS)) as dead:
-        letter = await _kafka(letters.read_letter(dead, letter_offset))
-    if letter is None:
-        raise ConsoleError(404, f"There is no dead letter at offset {letter_offset}.")
-    if not data.names_record(letter):
-        raise _Refused(409, f"Refused: letter {letter_offset} names no record to re-send.")
-    allowed = letters.redrive_topics(settings)
-    target = str(letter.body["source_topic"])
-    if target not in allowed:
-        raise _Refused(
-            422,
-            f"Refused: letter {letter_offset} came from {target[:200]}, which is not one of "
-            "Sagaline's process channels; the console re-drives only to those "
-            f"({', '.join(sorted(allowed))}).",
-        )
-    async with desk.log(settings.topic(REDRIVES)) as redriven:
-        before = (await _kafka(letters.redrives_of(redriven, [letter.source]))).get(letter.source)
-    if before is not None and not force:
-        raise _Refused(
-            409,
-            f"Refused: letter {letter_offset} ({letter.source}) was re-driven at "
-            f"{before.get('redriven_at')} (to offset {before.get('offset')}); --force sends "
-            "it again.",
-        )
     try:
-        done = await _kafka(desk.resend(letter, forced=before is not None))
+        done = await _kafka(
+            deadletters.redrive(_desk(request), settings, letter_offset, force=force)
+        )
+    except deadletters.NoLetter as exc:
+        raise ConsoleError(404, f"There is no dead letter at offset {letter_offset}.") from exc
+    except deadletters.ForeignTopic as exc:
+        raise _Refused(422, f"Refused: {exc}.") from exc
     except deadletters.RedriveRefused as exc:
         raise _Refused(409, f"Refused: {exc}.") from exc
     again = " again (forced)" if done.forced else ""
