@@ -4,7 +4,9 @@ For every entity in the batch: load its last applied sequence and its held event
 :func:`~sagas.projections.ordering.gate` pick what is ready, fold that with
 :func:`~sagas.projections.entity.fold_entity`, then write rows, positions, held events,
 command receipts, counters and the batch's Kafka offsets. The caller commits all of it at
-once, which is what makes a crash at any point neither lose nor repeat an event.
+once, which is what makes a crash at any point neither lose nor repeat an event. The
+projector's offsets move only from where its batch was read, so of two processes that read
+one partition from one offset only one commits (services/projector/SCALING.md).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class Batch:
     next_offsets: Mapping[int, int]
     """Per partition, the offset after the last record read, dead-lettered ones included."""
     dead_lettered: int = 0
+    started_from: Mapping[int, int | None] | None = None
+    """Per partition of ``next_offsets``, the stored offset the batch was read from (None:
+    no row yet). Given, the batch commits only where each still stands (the fence of
+    :func:`readside.store.advance_checkpoints`, which raises ``Fenced``); None, the offsets
+    are written as they are (the rebuild's catch-up, which holds every table locked)."""
 
 
 @dataclass
@@ -109,9 +116,19 @@ def apply_batch(conn: Connection, batch: Batch, now: datetime) -> Applied:
     store.add_timeline(conn, timeline)
     store.add_receipts(conn, list(receipts.values()))
     outcome.receipts = len(receipts)
-    store.save_checkpoints(conn, batch.topic, batch.next_offsets)
+    _save_checkpoints(conn, batch)
     store.add_to_counters(conn, _increments(outcome, batch))
     return outcome
+
+
+def _save_checkpoints(conn: Connection, batch: Batch) -> None:
+    """In the statement order the rebuild's swap locks in (see ``apply_batch``)."""
+    if batch.started_from is None:
+        store.save_checkpoints(conn, batch.topic, batch.next_offsets)
+        return
+    starts = batch.started_from
+    moves = {p: (starts[p], end) for p, end in batch.next_offsets.items()}
+    store.advance_checkpoints(conn, batch.topic, moves)
 
 
 def _entities(conn: Connection, batch: Batch) -> dict[str, _Entity]:

@@ -10,13 +10,27 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from readside import codec, schema
-from readside.upsert import upsert
+from readside.upsert import insert_if_absent, upsert
 from sagas.messages import Envelope
 from sagas.projections.declare import ReadModel
 from sagas.projections.rows import TimelineRow
+
+
+class Fenced(RuntimeError):
+    """A batch's partition no longer stands at the offset the batch was read from: another
+    projector process applied it meanwhile. The batch's transaction must roll back."""
+
+    def __init__(self, topic: str, moved: Mapping[int, int | None]) -> None:
+        self.topic = topic
+        self.moved = dict(moved)
+        """Partition -> the offset this batch expected to find stored (None: no row)."""
+        shown = ", ".join(f"{p} (expected {o})" for p, o in sorted(self.moved.items()))
+        super().__init__(f"{topic}: partition(s) {shown} moved on under another projector")
+
 
 # Ids in one IN (...) list; keeps statements small on both backends.
 IN_CHUNK = 1000
@@ -107,8 +121,10 @@ def replace_pending(
 
 
 def add_receipts(conn: Connection, receipts: Sequence[Mapping[str, Any]]) -> None:
-    # The first applied event of a command is its receipt; later ones change nothing.
-    upsert(conn, schema.command_receipts, receipts, update=())
+    # The first applied event of a command is its receipt; later ones change nothing. Sorted:
+    # two projector processes inserting the same ids lock them in one order, never a cycle.
+    ordered = sorted(receipts, key=lambda r: str(r["command_id"]))
+    upsert(conn, schema.command_receipts, ordered, update=())
 
 
 def save_checkpoints(conn: Connection, topic: str, next_offsets: Mapping[int, int]) -> None:
@@ -118,15 +134,50 @@ def save_checkpoints(conn: Connection, topic: str, next_offsets: Mapping[int, in
     upsert(conn, schema.projection_checkpoints, values)
 
 
+def advance_checkpoints(
+    conn: Connection, topic: str, moves: Mapping[int, tuple[int | None, int]]
+) -> None:
+    """The fence: move each partition's stored offset from where the batch was read
+    (None: no row yet) to where it ends, only where it still stands there; raise
+    :class:`Fenced` otherwise (the caller's transaction then rolls back whole).
+
+    On PostgreSQL the UPDATE locks the partition's row, so of two transactions started from
+    one offset the second waits for the first, then finds the offset moved (READ COMMITTED
+    re-checks the WHERE on the row the first committed) and is refused; a row inserted
+    concurrently is a conflict for the second insert. See services/projector/SCALING.md.
+    """
+    t = schema.projection_checkpoints
+    moved: dict[int, int | None] = {}
+    for partition, (start, end) in sorted(moves.items()):  # one lock order for every writer
+        if start is None:
+            row = {"topic": topic, "partition": partition, "next_offset": end}
+            taken = insert_if_absent(conn, t, row)
+        else:
+            query = (
+                update(t)
+                .where(t.c.topic == topic, t.c.partition == partition, t.c.next_offset == start)
+                .values(next_offset=end)
+            )
+            taken = conn.execute(query).rowcount == 1
+        if not taken:
+            moved[partition] = start
+    if moved:
+        raise Fenced(topic, moved)
+
+
 def add_to_counters(conn: Connection, increments: Mapping[str, int]) -> None:
+    """Add to the running totals in the database itself (``value = value + n``), so that
+    projector processes committing side by side never lose each other's increments."""
     t = schema.projection_counters
-    wanted = {name: n for name, n in increments.items() if n}
-    if not wanted:
+    values = [{"name": k, "value": n} for k, n in sorted(increments.items()) if n]
+    if not values:
         return
-    query = select(t.c.name, t.c.value).where(t.c.name.in_(list(wanted)))
-    stored: dict[str, int] = {name: value for name, value in conn.execute(query)}
-    values = [{"name": k, "value": stored.get(k, 0) + n} for k, n in sorted(wanted.items())]
-    upsert(conn, t, values)
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    insert = dialect.insert(t)
+    added = insert.on_conflict_do_update(
+        index_elements=[t.c.name], set_={"value": t.c.value + insert.excluded.value}
+    )
+    conn.execute(added, values)
 
 
 def prune_receipts(conn: Connection, older_than: datetime) -> int:

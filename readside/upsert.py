@@ -35,6 +35,15 @@ def upsert(
     conn.execute(_statement(conn.dialect.name, table, keys, update), list(rows))
 
 
+def insert_if_absent(conn: Connection, table: Table, row: Mapping[str, Any]) -> bool:
+    """Insert ``row`` unless its primary key is stored already; True when it was inserted."""
+    keys = [c.name for c in table.primary_key.columns]
+    # RETURNING, not rowcount: psycopg reports -1 for an INSERT ... ON CONFLICT here.
+    statement = _statement(conn.dialect.name, table, keys, ()).values(dict(row))
+    inserted = conn.execute(statement.returning(*table.primary_key.columns)).first()
+    return inserted is not None
+
+
 def _statement(dialect: str, table: Table, keys: list[str], update: Sequence[str]) -> Insert:
     if dialect == "postgresql":
         pg = postgresql.insert(table)

@@ -339,6 +339,10 @@ class Settings(BaseSettings):
         ge=0,
         description="Pause inside every projector transaction before it commits; only for crash tests (0 in production)",
     )
+    projector_group_id: str = Field(
+        "",
+        description="Kafka consumer group of the projector processes of one read-model database (empty: `<SAGALINE_APP_ID>-projector`); the processes of one group split the event topic's partitions, so projectors feeding two databases need two groups",
+    )
     gap_alert_s: float = Field(
         60.0,
         gt=0,

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, text
 
 from readside.batch import REFUSED_TYPE, Batch, apply_batch
+from readside.store import Fenced
 from readside.triage import Positioned
 from sagas.messages import Envelope
 from sagas.untrusted import bounded
@@ -65,7 +66,8 @@ def trial(engine: Engine, batch: Batch) -> None:
 
 def refused(engine: Engine, batch: Batch) -> list[Refused]:
     """The events of ``batch`` that fail on their own, with the error of each (in log
-    order). Raises :class:`DatabaseDown` when the database stops answering meanwhile."""
+    order). Raises :class:`DatabaseDown` when the database stops answering meanwhile, and
+    ``Fenced`` when another projector process moved one of its partitions on."""
     found: list[Refused] = []
     pending: list[Sequence[Positioned]] = [batch.events]
     while pending:  # a loop over halves, not recursion
@@ -112,6 +114,8 @@ def placeholder(event: Envelope) -> Envelope:
 def _error(engine: Engine, batch: Batch) -> str | None:
     try:
         trial(engine, batch)
+    except Fenced:
+        raise  # another process applied the partition meanwhile: no event is to blame
     except Exception as exc:
         return bounded(f"{type(exc).__name__}: {_first_line(exc)}")
     return None

@@ -1,10 +1,16 @@
 """The projector's consumer loop: read a batch, dead-letter what is malformed, apply the rest.
 
 Exactly-once effects over at-least-once delivery: the database, not Kafka, holds the
-offsets. Each batch's rows and its next offsets commit in one transaction, and on start
-(and after any failed batch) the consumer seeks to the offsets stored there. Its own
-consumer group (``{app_id}-projector``) is committed too, after the database, only so that
-the usual Kafka tools can show its lag.
+offsets. Each batch's rows and its next offsets commit in one transaction, and on every
+assignment (and after any failed batch) the consumer seeks to the offsets stored there.
+
+Several processes may share the topic: they form one consumer group
+(``SAGALINE_PROJECTOR_GROUP_ID``, ``{app_id}-projector`` by default) that splits the
+partitions, a revocation waits for the batch in flight (:mod:`services.projector.handover`),
+and a batch moves its partitions' stored offsets only from where it read them, else it rolls
+back whole (the fence): a partition is applied by one process at a time (SCALING.md). The
+group's offsets are committed to Kafka too, after the database, only so that the usual Kafka
+tools can show its lag.
 
 No record can stop it: triage never raises, an unknown event type is dead-lettered (and
 applied as skipped), and a batch the database keeps refusing while it answers ``SELECT 1``
@@ -15,11 +21,12 @@ database or broker that does not answer makes it wait, with growing backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -32,12 +39,14 @@ from readside import queries, store
 from readside.batch import Applied, Batch, apply_batch
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
+from readside.store import Fenced
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.logformat import log_context
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
+from services.projector.handover import REVOKE_WAIT_S, Handover, Owned, group_id
 from services.projector.isolation import database_answers, refused, without
 from services.projector.prometheus import ProjectorPrometheus
 from services.worker.deadletter import DeadLetter
@@ -67,6 +76,10 @@ class Projector:
         self._last_gap_warning = float("-inf")
         self._failures = 0
         """Batches failed in a row: the wait before the next attempt doubles with each."""
+        self._owned = Owned()
+        self._batch = asyncio.Lock()
+        """Held by a batch from its records' filtering to its commit, and by the rebalance
+        listener while it hands partitions over: the two never interleave."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Project until ``stop`` is set; the batch in progress completes first."""
@@ -74,7 +87,7 @@ class Projector:
             raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
         self._consumer = AIOKafkaConsumer(
             **aiokafka_options(self.settings),
-            group_id=f"{self.settings.app_id}-projector",
+            group_id=group_id(self.settings),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
@@ -89,7 +102,7 @@ class Projector:
             await self._consumer.stop()
             raise ProjectorError(str(await unreachable(self.settings, exc))) from exc
         try:
-            await self._assign()
+            await self._subscribe()
             while not stop.is_set():
                 await self.step()
         finally:
@@ -98,38 +111,112 @@ class Projector:
 
     async def step(self) -> None:
         """One batch (or an idle poll), then housekeeping when it is due."""
-        records = await self._consumer.getmany(
+        if self._owned.unsought and not await self._seek_unsought():
+            return
+        fetched = await self._consumer.getmany(
             timeout_ms=POLL_MS, max_records=self.settings.projector_batch_size
         )
-        if records:
-            await self._handle(records)
+        seen = self._owned.seeks
+        if fetched:
+            async with self._batch:
+                records = self._owned.current(fetched, seen)
+                done = await self._handle(records) if records else {}
+            if done is None:
+                await self._recover()
+            else:
+                await self._commit_to_kafka(done)
         await self._measure_lag()
         if time.monotonic() - self._last_housekeeping >= HOUSEKEEPING_S:
             await asyncio.to_thread(self._housekeeping)
 
     async def _measure_lag(self) -> None:
         """Per partition: the end the last fetch saw, less the next offset to project."""
-        for tp in self._consumer.assignment():
+        for tp in list(self._consumer.assignment()):
+            # Each await may let a rebalance run: ask only while the partition is ours.
+            if tp.partition not in self._owned.starts or tp not in self._consumer.assignment():
+                continue
             end = self._consumer.highwater(tp)
             if end is not None:
-                behind = end - await self._consumer.position(tp)
+                try:
+                    behind = end - await self._consumer.position(tp)
+                except KafkaError:  # revoked while it waited
+                    continue
                 self.prom.lag.labels(tp.topic, str(tp.partition)).set(max(behind, 0))
 
-    async def _assign(self) -> None:
+    async def _subscribe(self) -> None:
         partitions = await topic_partitions(self._consumer, self.topic)
         if not partitions:
             raise ProjectorError(f"topic {self.topic} does not exist: run `sagaline topics create`")
-        self._consumer.assign(partitions)
-        await self._seek_to_checkpoints()
+        self._consumer.subscribe([self.topic], listener=Handover(self._revoked, self._assigned))
 
-    async def _seek_to_checkpoints(self) -> None:
+    # --- the handover (called by the group coordinator around a rebalance) --------------
+
+    async def _revoked(self, revoked: set[TopicPartition]) -> None:
+        """Let the batch in flight finish (for at most REVOKE_WAIT_S), then apply these
+        partitions no more: records fetched for them are dropped from now on."""
+        try:
+            await asyncio.wait_for(self._batch.acquire(), REVOKE_WAIT_S)
+            held = True
+        except TimeoutError:
+            held = False
+            log.warning(
+                "partitions %s revoked while a batch is still in flight after %.0f s: given "
+                "up; if their next owner commits first, that batch is refused (the fence)",
+                _names(revoked),
+                REVOKE_WAIT_S,
+            )
+        try:
+            self._owned.release({tp.partition for tp in revoked})
+            for tp in revoked:
+                with contextlib.suppress(KeyError):  # no lag measured for it yet
+                    self.prom.lag.remove(tp.topic, str(tp.partition))
+            if revoked:
+                log.info("released partitions %s of %s", _names(revoked), self.topic)
+        finally:
+            if held:
+                self._batch.release()
+
+    async def _assigned(self, assigned: set[TopicPartition]) -> None:
+        """Seek each assigned partition to the offset stored with the rows; those whose
+        offsets cannot be read now are sought before the next fetch."""
+        async with self._batch:
+            mine = {tp.partition for tp in assigned if tp.topic == self.topic}
+            self._owned.to_seek(mine)
+            try:
+                await self._seek(mine)
+            except Exception as exc:
+                log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
+
+    async def _seek_unsought(self) -> bool:
+        """Seek the partitions whose stored offsets are to be read (again); False, after a
+        growing wait, when the database does not answer."""
+        async with self._batch:
+            try:
+                await self._seek(set(self._owned.unsought))
+                return True
+            except Exception as exc:
+                log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
+        self._failures += 1
+        await asyncio.sleep(self._backoff())
+        return False
+
+    async def _seek(self, partitions: Collection[int]) -> None:
+        """Seek ``partitions`` (those still assigned) to their stored offsets."""
+        if not partitions:
+            return
         stored = await asyncio.to_thread(self._checkpoints)
-        for tp in self._consumer.assignment():
-            if tp.partition in stored:
-                self._consumer.seek(tp, stored[tp.partition])
+        assigned = {tp.partition: tp for tp in self._consumer.assignment()}
+        sought = sorted(p for p in partitions if p in assigned)
+        for p in sought:
+            if p in stored:
+                self._consumer.seek(assigned[p], stored[p])
             else:
-                await self._consumer.seek_to_beginning(tp)
-        log.info("projecting %s from the stored offsets %s", self.topic, stored or "(none)")
+                await self._consumer.seek_to_beginning(assigned[p])
+            self._owned.sought(p, stored.get(p))
+        shown = {p: stored.get(p, "start") for p in sought}
+        log.info(
+            "projecting partitions %s of %s from the stored offsets %s", sought, self.topic, shown
+        )
 
     def _checkpoints(self) -> dict[int, int]:
         with self.engine.connect() as conn:
@@ -137,7 +224,10 @@ class Projector:
 
     # --- one batch ---------------------------------------------------------------------
 
-    async def _handle(self, records: Mapping[TopicPartition, Sequence[ConsumerRecord]]) -> None:
+    async def _handle(
+        self, records: Mapping[TopicPartition, Sequence[ConsumerRecord]]
+    ) -> Mapping[int, int] | None:
+        """Apply one batch; its next offsets, or None when it failed (then recover)."""
         events: list[Positioned] = []
         dead: list[DeadLetter] = []
         read: dict[tuple[int, int], ConsumerRecord] = {}
@@ -157,19 +247,28 @@ class Projector:
                     # it visible where every other record the projector cannot show goes.
                     dead.append(self._dead_letter(record, unknown, malformed=False))
             next_offsets[tp.partition] = batch[-1].offset + 1
-        batch_ = Batch(self.topic, events, next_offsets, malformed)
+        starts = {p: self._owned.starts[p] for p in next_offsets}
+        epochs = {p: self._owned.sought_at[p] for p in next_offsets}
+        batch_ = Batch(self.topic, events, next_offsets, malformed, started_from=starts)
         try:
             # Parked before the offsets move past them: a crash re-sends, never loses one.
             await self._send_dead_letters(dead)
             applied, refused_ = await self._write_or_isolate(batch_, read)
+        except Fenced as fenced:
+            # Not a failure: another process moved these partitions on (it took them over, or
+            # it was their owner while this one still thought it was). Nothing of this batch
+            # is stored; read where they stand (if they are still ours) and go on.
+            log.info("batch rolled back: %s; reading the stored offsets again", fenced)
+            self._owned.to_seek(p for p in next_offsets if p in self._owned.starts)
+            return {}
         except Exception:
             self._failures += 1
             log.exception("batch failed; resuming from the stored offsets")
-            await self._recover()
-            return
+            return None
         self._failures = 0
+        self._owned.advanced(next_offsets, epochs)
         self._report(applied, malformed + refused_)
-        await self._commit_to_kafka(next_offsets)
+        return next_offsets
 
     async def _write_or_isolate(
         self, batch: Batch, read: Mapping[tuple[int, int], ConsumerRecord]
@@ -180,6 +279,8 @@ class Projector:
         for attempt in (1, 2):
             try:
                 return await asyncio.to_thread(self._write, batch), 0
+            except Fenced:
+                raise
             except Exception as exc:
                 if not await asyncio.to_thread(database_answers, self.engine):
                     raise  # down, not refusing: _recover waits for it with capped backoff
@@ -208,21 +309,22 @@ class Projector:
         await asyncio.gather(*futures)
 
     async def _recover(self) -> None:
-        """Wait, then rewind to the database's offsets; retried until the database answers."""
-        # Doubles with each batch failed in a row (the exponent capped: hours of failures must
+        """Wait, then rewind every owned partition to the database's offsets (the fetch moved
+        past the failed batch): the next step seeks them, retried until the database answers."""
+        self._owned.to_seek(list(self._owned.starts))
+        await asyncio.sleep(self._backoff())
+
+    def _backoff(self) -> float:
+        # Doubles with each failure in a row (the exponent capped: hours of failures must
         # not overflow a float), so a database that stays down is not hammered.
-        backoff = min(2.0 ** min(self._failures - 1, 16), MAX_BACKOFF_S)
-        while True:
-            await asyncio.sleep(backoff)
-            try:
-                await self._seek_to_checkpoints()
-                return
-            except Exception as exc:
-                log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        return min(2.0 ** min(self._failures - 1, 16), MAX_BACKOFF_S)
 
     async def _commit_to_kafka(self, next_offsets: Mapping[int, int]) -> None:
+        assigned = self._consumer.assignment()
         offsets = {TopicPartition(self.topic, p): o for p, o in next_offsets.items()}
+        offsets = {tp: o for tp, o in offsets.items() if tp in assigned}
+        if not offsets:
+            return
         try:
             await self._consumer.commit(offsets)
         except KafkaError as exc:  # informational only: the database holds the truth
@@ -304,6 +406,10 @@ class Projector:
             pruned = store.prune_receipts(conn, cutoff)
         if pruned:
             log.info("pruned %d command receipt(s) older than %s", pruned, cutoff)
+
+
+def _names(partitions: Collection[TopicPartition]) -> list[int]:
+    return sorted(tp.partition for tp in partitions)
 
 
 async def serve(settings: Settings) -> None:
