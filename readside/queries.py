@@ -7,16 +7,30 @@ Every model is read the same way, through its declaration; list orders follow
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import BigInteger, Connection, DateTime, String, Text, column, func, select, table
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    DateTime,
+    String,
+    Text,
+    case,
+    column,
+    func,
+    literal,
+    select,
+    table,
+    tuple_,
+)
 
 from readside import codec, schema
 from readside.store import in_chunks
+from sagas.messages import Message
 from sagas.projections.declare import ReadModel, SagaType
 from sagas.projections.rows import TimelineRow
 
@@ -260,3 +274,150 @@ class RebuildHistory:
 
 def rebuild_history(conn: Connection) -> RebuildHistory:
     return RebuildHistory(last_rebuild(conn), last_rebuild_failure(conn))
+
+
+# --- the saga list and the overview (issue 32) -----------------------------------------
+
+
+def compensation_types() -> list[str]:
+    """The event types whose contract declares ``COMPENSATION`` (a step undone)."""
+    return sorted(t for t, m in Message.known_types().items() if m.COMPENSATION)
+
+
+def _compensated(saga: SagaType) -> Any:
+    t, tl = schema.table_of(saga.model), schema.saga_timeline
+    return (
+        select(tl.c.saga_id)
+        .where(tl.c.saga_id == t.c[saga.model.key], tl.c.event_type.in_(compensation_types()))
+        .exists()
+    )
+
+
+@dataclass(frozen=True)
+class Below:
+    """Where a keyset page of one saga type's rows starts: strictly below ``(at, saga_id)``
+    in (updated_at, key) order, descending; ``saga_id`` None: every row changed at ``at``
+    comes too (``inclusive``) or none does."""
+
+    at: datetime
+    saga_id: str | None = None
+    inclusive: bool = False
+
+
+def saga_rows(
+    conn: Connection,
+    saga: SagaType,
+    *,
+    status: str | None,
+    limit: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    equals: Mapping[str, str] | None = None,
+    touching: str | None = None,
+    compensated: bool | None = None,
+    below: Below | None = None,
+) -> list[Any]:
+    """Rows of ``saga``'s model, most recently changed first (the key, descending, breaks
+    ties): in ``status`` when given, changed in [``since``, ``until``), with each
+    ``equals`` column holding its value, that touched entity ``touching`` (their timeline
+    holds an event of that entity key), with or without a compensation in their timeline,
+    and below ``below``. Served by the (status, updated_at, key) and (updated_at, key)
+    indexes: a page reads ``limit`` index entries past its start, however many rows match
+    further down."""
+    model = saga.model
+    t = schema.table_of(model)
+    at, key = t.c[saga.updated_column], t.c[model.key]
+    query = select(t)
+    if status is not None:
+        query = query.where(t.c[saga.status_column] == status)
+    if since is not None:
+        query = query.where(at >= codec.utc(since))
+    if until is not None:
+        query = query.where(at < codec.utc(until))
+    for name, value in (equals or {}).items():
+        query = query.where(t.c[name] == value)
+    if touching is not None:
+        tl = schema.saga_timeline
+        query = query.where(key.in_(select(tl.c.saga_id).where(tl.c.entity_key == touching)))
+    if compensated is not None:
+        exists = _compensated(saga)
+        query = query.where(exists if compensated else ~exists)
+    if below is not None:
+        edge = codec.utc(below.at)
+        if below.saga_id is not None:
+            edge_key = literal(below.saga_id, key.type)
+            query = query.where(tuple_(at, key) < tuple_(literal(edge, at.type), edge_key))
+        elif below.inclusive:
+            query = query.where(at <= edge)
+        else:
+            query = query.where(at < edge)
+    query = query.order_by(at.desc(), key.desc()).limit(limit)
+    return [codec.row_of(model, row._mapping) for row in conn.execute(query)]
+
+
+def status_counts(
+    conn: Connection, saga: SagaType, since: datetime, split: datetime
+) -> dict[str, tuple[int, int]]:
+    """Per status, (rows changed since ``since``, of which since ``split``)."""
+    t = schema.table_of(saga.model)
+    at, status = t.c[saga.updated_column], t.c[saga.status_column]
+    recent = func.coalesce(func.sum(case((at >= codec.utc(split), 1), else_=0)), 0)
+    query = select(status, func.count(), recent).where(at >= codec.utc(since)).group_by(status)
+    return {str(s): (int(n), int(r)) for s, n, r in conn.execute(query)}
+
+
+def open_counts(
+    conn: Connection, saga: SagaType, statuses: Collection[str], stuck_before: datetime
+) -> dict[str, tuple[int, int]]:
+    """Per status among ``statuses``, (every row in it, of which unchanged since before
+    ``stuck_before``): what is in flight now, and what of it is stuck."""
+    if not statuses:
+        return {}
+    t = schema.table_of(saga.model)
+    at, status = t.c[saga.updated_column], t.c[saga.status_column]
+    old = func.coalesce(func.sum(case((at < codec.utc(stuck_before), 1), else_=0)), 0)
+    query = select(status, func.count(), old).where(status.in_(sorted(statuses))).group_by(status)
+    return {str(s): (int(n), int(o)) for s, n, o in conn.execute(query)}
+
+
+def compensated_count(
+    conn: Connection, saga: SagaType, statuses: Collection[str], since: datetime, split: datetime
+) -> tuple[int, int]:
+    """Rows in ``statuses`` changed since ``since`` whose timeline holds a compensation
+    (and of those, since ``split``)."""
+    if not statuses:
+        return 0, 0
+    t = schema.table_of(saga.model)
+    at, status = t.c[saga.updated_column], t.c[saga.status_column]
+    recent = func.coalesce(func.sum(case((at >= codec.utc(split), 1), else_=0)), 0)
+    query = select(func.count(), recent).where(
+        status.in_(sorted(statuses)), at >= codec.utc(since), _compensated(saga)
+    )
+    n, r = conn.execute(query).one()
+    return int(n), int(r)
+
+
+def settled_since(
+    conn: Connection, saga: SagaType, statuses: Collection[str], since: datetime
+) -> list[tuple[datetime, datetime]]:
+    """(started, last changed) of the rows in ``statuses`` changed since ``since``: what
+    the overview's throughput and latency charts are drawn from."""
+    if not statuses:
+        return []
+    t = schema.table_of(saga.model)
+    at, status = t.c[saga.updated_column], t.c[saga.status_column]
+    created = t.c.get("created_at", at)
+    query = select(created, at).where(status.in_(sorted(statuses)), at >= codec.utc(since))
+    return [(codec.utc(c), codec.utc(u)) for c, u in conn.execute(query)]
+
+
+def compensated_among(conn: Connection, saga_ids: Collection[str]) -> set[str]:
+    """The sagas among ``saga_ids`` whose timeline holds a compensation."""
+    tl = schema.saga_timeline
+    found: set[str] = set()
+    for chunk in in_chunks(saga_ids):
+        query = select(tl.c.saga_id).where(
+            tl.c.saga_id.in_(chunk), tl.c.event_type.in_(compensation_types())
+        )
+        found.update(conn.execute(query.distinct()).scalars())
+    return found

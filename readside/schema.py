@@ -84,6 +84,8 @@ saga_timeline = Table(
     Column("occurred_at", DateTime(timezone=True), nullable=False),
     Column("summary", Text_, nullable=False),
 )
+# The sagas that touched an entity (the saga list's ``product=`` and ``entity=`` filters).
+Index("ix_saga_timeline_entity", saga_timeline.c.entity_key, saga_timeline.c.saga_id)
 
 entity_positions = Table(
     "entity_positions",

@@ -103,5 +103,8 @@ ENROLLMENTS: ReadModel[EnrollmentRow] = ReadModel(
             descending=frozenset({"created_at"}),
         ),
         Index("ix_enrollments_course_status", ("course_id", "status")),
+        # The saga list and the overview, as for orders.
+        Index("ix_enrollments_updated", ("updated_at", "enrollment_id")),
+        Index("ix_enrollments_status_updated", ("status", "updated_at", "enrollment_id")),
     ),
 )

@@ -96,5 +96,10 @@ ORDERS: ReadModel[OrderRow] = ReadModel(
             ("customer_id", "created_at"),
             descending=frozenset({"created_at"}),
         ),
+        # The console's and GET /sagas' saga list: newest change first, keyset-paged on
+        # (updated_at, order_id), over every order or over one status (and the overview's
+        # counts per status and time window).
+        Index("ix_orders_updated", ("updated_at", "order_id")),
+        Index("ix_orders_status_updated", ("status", "updated_at", "order_id")),
     ),
 )

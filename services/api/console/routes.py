@@ -13,10 +13,10 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -28,8 +28,10 @@ from readside import queries
 from runtime.kafka_security import KafkaUnreachable
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS
+from sagas.catalog import SAGA_TYPES
 from services import deadletters
-from services.api.console import data, session
+from services.api import saga_list
+from services.api.console import charts, data, session
 from services.api.console.session import Visitor
 from services.api.console.sessions import SessionStore
 from services.deadletters import DeadLetterDesk, Desk
@@ -241,9 +243,82 @@ async def home(request: Request) -> Response:
     except SQLAlchemyError as exc:
         raise ConsoleError(503, "The read-model database is unavailable; retry later.") from exc
     history = await _read(request, queries.rebuild_history)
+    now = datetime.now(UTC)
+    seen = await _read(request, saga_list.overview, now, settings.step_timeout_s)
     return render(
-        request, "home.html", who, projection=status, rebuild=history.swapped, history=history
+        request,
+        "home.html",
+        who,
+        projection=status,
+        rebuild=history.swapped,
+        history=history,
+        overview=seen,
+        types=saga_list.saga_types(),
+        throughput=charts.throughput(seen.buckets, saga_list.saga_types()),
+        latency=charts.latency(seen.buckets),
+        list_url=_list_url,
     )
+
+
+def _list_url(**params: object) -> str:
+    """A link to the saga list filtered by ``params`` (None values left out)."""
+    given = {k: _param(v) for k, v in params.items() if v is not None}
+    return "/console/sagas" + (f"?{urlencode(given)}" if given else "")
+
+
+def _param(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return str(value)
+
+
+@router.get("/sagas", response_class=HTMLResponse)
+async def sagas(request: Request) -> Response:
+    """Every saga, filtered by the query's parameters, newest change first, keyset-paged."""
+    who = await _reader(request)
+    if isinstance(who, Response):
+        return who
+    settings: Settings = request.app.state.settings
+    params = _single(request)
+    try:
+        wanted = saga_list.parse(params)
+    except saga_list.FilterError as exc:
+        raise ConsoleError(400, str(exc)) from exc
+    now = datetime.now(UTC)
+    page = await _read(request, saga_list.list_sagas, wanted, now, settings.step_timeout_s)
+    next_url = None
+    if page.next is not None:
+        next_url = "/console/sagas?" + urlencode(wanted.query(after=page.next.encode()))
+    return render(
+        request,
+        "sagas.html",
+        who,
+        page=page,
+        wanted=wanted,
+        next_url=next_url,
+        first_url=_list_url(**wanted.query()) if wanted.after is not None else None,
+        types=saga_list.saga_types(),
+        statuses=_all_statuses(),
+        outcomes=saga_list.OUTCOMES,
+        id_filters=list(saga_list.ID_FILTERS),
+        touch_filters=list(saga_list.TOUCH_FILTERS),
+        step_timeout_s=settings.step_timeout_s,
+    )
+
+
+def _single(request: Request) -> dict[str, str]:
+    """The query's parameters, each given once (a repeated one is refused: which would
+    count is a guess)."""
+    items = request.query_params.multi_items()
+    names = [k for k, _v in items]
+    repeated = sorted({k for k in names if names.count(k) > 1})
+    if repeated:
+        raise ConsoleError(400, f"The filter “{repeated[0][:40]}” is given twice: give it once.")
+    return dict(items)
+
+
+def _all_statuses() -> list[str]:
+    return list(dict.fromkeys(x for s in SAGA_TYPES for x in s.statuses.statuses))
 
 
 @router.get("/search", response_class=HTMLResponse)
@@ -279,7 +354,15 @@ async def saga(request: Request, saga_id: str) -> Response:
     page = await _read(request, data.saga_page, saga_id)
     if page is None:
         raise ConsoleError(404, f"No saga “{saga_id}” is projected (yet).")
-    return render(request, "saga.html", who, page=page)
+    kind = page.saga.entity_type if page.saga else None
+    return render(
+        request,
+        "saga.html",
+        who,
+        page=page,
+        lanes=charts.lanes(page.steps, kind),
+        swimlanes=charts.swimlanes(page.steps, kind),
+    )
 
 
 @router.get("/failures", response_class=HTMLResponse)

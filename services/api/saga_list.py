@@ -1,0 +1,509 @@
+"""Every saga, as a filtered and keyset-paged list, and the overview's numbers: what the
+console's pages, ``GET /sagas`` and ``GET /overview/sagas``, and ``sagaline sagas list``
+share, so the three answer a filter the same way.
+
+A filter is plain text (a URL's query, the CLI's options) checked here by :func:`parse`:
+a wrong one is a :class:`FilterError` whose message is a sentence for the operator. Nothing
+here names a saga type: the types, their statuses and the filterable columns come from
+:data:`sagas.catalog.SAGA_TYPES` and :data:`sagas.catalog.READ_MODELS`.
+
+**Outcomes.** A saga's status puts it in one of four disjoint outcomes: ``in_flight`` (not
+settled: a step waits for an answer), ``finished`` (settled and not a failure: an order
+``CONFIRMED``, an enrollment ``ENROLLED``, ``WAITLISTED`` or ``DROPPED``), ``compensated``
+(a failed status, and its timeline holds a compensation: a step was undone) and ``failed``
+(a failed status without one: refused before anything needed undoing). ``stuck`` is the
+in-flight sagas whose row has not changed for longer than a step's deadline
+(``SAGALINE_STEP_TIMEOUT_S``): their deadline passed and nothing moved them.
+
+**Order and paging.** Newest change first: (updated_at, saga type, saga id), descending.
+A page asks each (saga type, status) the filter allows for ``limit + 1`` rows below the
+cursor, in that order (each an index range: (status, updated_at, key)), and merges them;
+the cursor is the last row's sort key, so no saga is skipped or repeated across pages
+however many share an ``updated_at``. A saga whose row changes between two pages moves up
+the list: it may be missed by the later page or shown twice, as in any list of live rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import heapq
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from readside import queries
+from sagas.catalog import READ_MODELS, SAGA_TYPES
+from sagas.projections.declare import SagaType
+
+OUTCOMES = ("in_flight", "stuck", "finished", "compensated", "failed")
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+MAX_TEXT = 200
+PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+WINDOWS = (("last hour", timedelta(hours=1)), ("last day", timedelta(days=1)))
+
+
+class FilterError(ValueError):
+    """A filter the list cannot take; its message is a sentence naming what is wrong."""
+
+
+def _id_filters() -> dict[str, tuple[str, str]]:
+    """``customer`` -> (saga type, column): each indexed ``<name>_id`` column of a saga
+    model, by ``<name>`` (the ids an operator has in a ticket)."""
+    found: dict[str, tuple[str, str]] = {}
+    for saga in SAGA_TYPES:
+        for index in saga.model.indexes:
+            column = index.columns[0]
+            if column.endswith("_id") and column != saga.model.key:
+                found.setdefault(column.removesuffix("_id"), (saga.entity_type, column))
+    return found
+
+
+ID_FILTERS = _id_filters()
+"""Row filters: an order's ``customer``, an enrollment's ``student`` and ``course``."""
+
+
+def _touch_filters(row_filters: Mapping[str, object]) -> tuple[str, ...]:
+    sagas = {s.entity_type for s in SAGA_TYPES}
+    return tuple(
+        m.entity_type
+        for m in READ_MODELS
+        if m.entity_type not in row_filters and m.entity_type not in sagas
+    )
+
+
+TOUCH_FILTERS = _touch_filters(ID_FILTERS)
+"""Timeline filters: the sagas that touched a participant entity (``product``)."""
+PARAMETERS = (
+    "saga_type",
+    "status",
+    "outcome",
+    "since",
+    "until",
+    *ID_FILTERS,
+    *TOUCH_FILTERS,
+    "entity",
+    "after",
+    "limit",
+)
+"""Every parameter :func:`parse` takes; any other is refused (a typo filters nothing)."""
+
+
+def saga_types() -> list[str]:
+    return [s.entity_type for s in SAGA_TYPES]
+
+
+def _saga(entity_type: str) -> SagaType:
+    return next(s for s in SAGA_TYPES if s.entity_type == entity_type)
+
+
+def statuses_of(saga: SagaType, outcome: str | None) -> list[str]:
+    """The statuses of ``saga`` an outcome covers (every status for None)."""
+    s = saga.statuses
+    match outcome:
+        case None:
+            return list(s.statuses)
+        case "in_flight" | "stuck":
+            return [x for x in s.statuses if x not in s.settled]
+        case "finished":
+            return [x for x in s.statuses if x in s.settled and x not in s.failed]
+        case _:
+            return [x for x in s.statuses if x in s.failed]
+
+
+# --- the cursor ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """A row's place in the list's order (compared as a tuple: larger is listed first)."""
+
+    updated_at: datetime
+    saga_type: str
+    saga_id: str
+
+    def encode(self) -> str:
+        raw = json.dumps([self.updated_at.isoformat(), self.saga_type, self.saga_id])
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        wrong = FilterError(
+            "The “after” cursor is not one this list made: use the “next page” link as "
+            "it is, or drop “after” to start from the newest saga."
+        )
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            at, kind, saga_id = json.loads(raw)
+            when = datetime.fromisoformat(at)
+        except (binascii.Error, ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise wrong from exc
+        if (
+            kind not in saga_types()
+            or not isinstance(saga_id, str)
+            or not 0 < len(saga_id) <= MAX_TEXT
+            or when.tzinfo is None
+        ):
+            raise wrong
+        return cls(when.astimezone(UTC), kind, saga_id)
+
+
+# --- the filter ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SagaFilter:
+    saga_type: str | None = None
+    status: str | None = None
+    outcome: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    equals: Mapping[str, str] = field(default_factory=dict)
+    """Row column -> value (``customer_id``, ``student_id``, ``course_id``)."""
+    touching: str | None = None
+    """An entity key the saga's timeline holds (``product:p-1``)."""
+    after: Cursor | None = None
+    limit: int = DEFAULT_LIMIT
+    given: Mapping[str, str] = field(default_factory=dict)
+    """The parameters as given (what a link to this list or its next page repeats)."""
+
+    def types(self) -> list[SagaType]:
+        """The saga types the filter can match."""
+        return [s for s in SAGA_TYPES if self.saga_type in (None, s.entity_type)]
+
+    def query(self, **changes: str | None) -> dict[str, str]:
+        """The given parameters with ``changes`` (None drops one)."""
+        params = dict(self.given)
+        for name, value in changes.items():
+            if value is None:
+                params.pop(name, None)
+            else:
+                params[name] = value
+        return params
+
+
+def _text(params: Mapping[str, str], name: str) -> str | None:
+    value = params.get(name)
+    if value is None or value.strip() == "":
+        return None
+    if len(value) > MAX_TEXT:
+        raise FilterError(f"The “{name}” filter is longer than {MAX_TEXT} characters.")
+    if not PRINTABLE.match(value):
+        raise FilterError(f"The “{name}” filter holds control characters; an id has none.")
+    return value.strip()
+
+
+def _time(params: Mapping[str, str], name: str) -> datetime | None:
+    value = _text(params, name)
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace(" ", "+").replace("z", "Z"))
+    except ValueError as exc:
+        raise FilterError(
+            f"The “{name}” time is not a date and time like 2026-11-25T14:00:00Z "
+            "(ISO 8601; without a zone it is UTC)."
+        ) from exc
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def parse(params: Mapping[str, str]) -> SagaFilter:
+    """The filter ``params`` (a URL's query parameters, by name) ask for; a
+    :class:`FilterError` says what is wrong with them."""
+    unknown = sorted(set(params) - set(PARAMETERS))
+    if unknown:
+        raise FilterError(
+            f"There is no filter “{unknown[0][:40]}”: the list filters by "
+            f"{', '.join(p for p in PARAMETERS if p not in ('after', 'limit'))}."
+        )
+    kinds = saga_types()
+    kind = _text(params, "saga_type")
+    if kind is not None and kind not in kinds:
+        raise FilterError(f"There is no saga type “{kind}”: choose one of {', '.join(kinds)}.")
+    equals: dict[str, str] = {}
+    for name, (owner, column) in ID_FILTERS.items():
+        value = _text(params, name)
+        if value is None:
+            continue
+        if kind is not None and kind != owner:
+            raise FilterError(
+                f"The “{name}” filter is about {owner} sagas, and the type asked is {kind}."
+            )
+        kind = owner
+        equals[column] = value
+    touching = _touching(params)
+    outcome = _text(params, "outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise FilterError(f"There is no outcome “{outcome}”: choose one of {', '.join(OUTCOMES)}.")
+    status = _text(params, "status")
+    if status is not None:
+        known = [s for s in SAGA_TYPES if kind in (None, s.entity_type)]
+        having = [s for s in known if status in s.statuses.statuses]
+        if not having:
+            listed = sorted({x for s in known for x in s.statuses.statuses})
+            raise FilterError(
+                f"No {kind or 'saga'} has the status “{status}”: "
+                f"the statuses are {', '.join(listed)}."
+            )
+        if outcome is not None and not any(status in statuses_of(s, outcome) for s in having):
+            raise FilterError(f"The status {status} is never in the outcome {outcome}.")
+    since, until = _time(params, "since"), _time(params, "until")
+    if since is not None and until is not None and since >= until:
+        raise FilterError("The time window is empty: “since” must be before “until”.")
+    after = None
+    if (cursor := _text(params, "after")) is not None:
+        after = Cursor.decode(cursor)
+    limit = DEFAULT_LIMIT
+    if (text := _text(params, "limit")) is not None:
+        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+            raise FilterError(f"The limit must be a whole number from 1 to {MAX_LIMIT}.")
+        limit = int(text)
+    given = {k: v.strip() for k, v in params.items() if v.strip() and k not in ("after",)}
+    return SagaFilter(kind, status, outcome, since, until, equals, touching, after, limit, given)
+
+
+def _touching(params: Mapping[str, str]) -> str | None:
+    keys = [f"{name}:{value}" for name in TOUCH_FILTERS if (value := _text(params, name))]
+    entity = _text(params, "entity")
+    if entity is not None:
+        kind, _, rest = entity.partition(":")
+        if not kind or not rest:
+            raise FilterError(
+                "The “entity” filter is an entity key: its type, a colon and its id, "
+                "like product:p-1 or course:k-1."
+            )
+        keys.append(entity)
+    if len(keys) > 1:
+        raise FilterError(f"Filter by one entity at a time (asked: {', '.join(keys)}).")
+    return keys[0] if keys else None
+
+
+# --- the list --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListedSaga:
+    saga_type: str
+    saga_id: str
+    status: str
+    outcome: str
+    reason: str | None
+    created_at: datetime | None
+    updated_at: datetime
+    ids: dict[str, str]
+    """The saga's other ids, by column (``customer_id``...)."""
+
+    @property
+    def cursor(self) -> Cursor:
+        return Cursor(self.updated_at, self.saga_type, self.saga_id)
+
+
+@dataclass(frozen=True)
+class SagaPage:
+    sagas: list[ListedSaga]
+    next: Cursor | None
+    """Where the next page starts; None on the last page."""
+    stuck_before: datetime
+
+
+def outcome_of(saga: SagaType, status: str, compensated: bool | None = None) -> str:
+    s = saga.statuses
+    if status not in s.settled:
+        return "in_flight"
+    if status not in s.failed:
+        return "finished"
+    return "compensated" if compensated else "failed"
+
+
+def list_sagas(
+    conn: Connection, wanted: SagaFilter, now: datetime, step_timeout_s: float
+) -> SagaPage:
+    """A page of the sagas ``wanted`` asks for, newest change first."""
+    stuck_before = now - timedelta(seconds=step_timeout_s)
+    until = wanted.until
+    if wanted.outcome == "stuck":
+        until = stuck_before if until is None else min(until, stuck_before)
+    compensated = {"compensated": True, "failed": False}.get(wanted.outcome or "")
+    streams: list[list[tuple[Cursor, SagaType, Any]]] = []
+    for saga in wanted.types():
+        statuses = statuses_of(saga, wanted.outcome)
+        if wanted.status is not None:
+            statuses = [s for s in statuses if s == wanted.status]
+        below = _below(saga, wanted.after)
+        for status in statuses if (wanted.status or wanted.outcome) else [None]:
+            rows = queries.saga_rows(
+                conn,
+                saga,
+                status=status,
+                limit=wanted.limit + 1,
+                since=wanted.since,
+                until=until,
+                equals={
+                    k: v for k, v in wanted.equals.items() if k in saga.model.row_type.model_fields
+                },
+                touching=wanted.touching,
+                compensated=compensated,
+                below=below,
+            )
+            streams.append([(_cursor(saga, r), saga, r) for r in rows])
+    merged = list(heapq.merge(*streams, key=lambda item: item[0], reverse=True))
+    page = merged[: wanted.limit]
+    failed = [c.saga_id for c, saga, _r in page if c.saga_id and _failed(saga, _r)]
+    undone = queries.compensated_among(conn, failed) if failed else set()
+    sagas = [_listed(saga, row, c.saga_id in undone) for c, saga, row in page]
+    more = len(merged) > wanted.limit
+    return SagaPage(sagas, page[-1][0] if more and page else None, stuck_before)
+
+
+def _below(saga: SagaType, after: Cursor | None) -> queries.Below | None:
+    """Where ``saga``'s rows below ``after`` start in its own (updated_at, key) order: at
+    one instant, a larger type name is listed first."""
+    if after is None:
+        return None
+    if saga.entity_type == after.saga_type:
+        return queries.Below(after.updated_at, after.saga_id)
+    return queries.Below(after.updated_at, inclusive=saga.entity_type < after.saga_type)
+
+
+def _cursor(saga: SagaType, row: Any) -> Cursor:
+    return Cursor(
+        getattr(row, saga.updated_column), saga.entity_type, str(getattr(row, saga.model.key))
+    )
+
+
+def _failed(saga: SagaType, row: Any) -> bool:
+    return getattr(row, saga.status_column) in saga.statuses.failed
+
+
+def _listed(saga: SagaType, row: Any, compensated: bool) -> ListedSaga:
+    status = str(getattr(row, saga.status_column))
+    ids = {
+        c: str(getattr(row, c))
+        for _name, (owner, c) in ID_FILTERS.items()
+        if owner == saga.entity_type
+    }
+    return ListedSaga(
+        saga_type=saga.entity_type,
+        saga_id=str(getattr(row, saga.model.key)),
+        status=status,
+        outcome=outcome_of(saga, status, compensated),
+        reason=getattr(row, saga.reason_column),
+        created_at=getattr(row, "created_at", None),
+        updated_at=getattr(row, saga.updated_column),
+        ids=ids,
+    )
+
+
+# --- the overview ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    label: str
+    since: datetime
+    counts: dict[str, int]
+    """Per outcome (``in_flight``, ``finished``, ``compensated``, ``failed``): the sagas
+    whose row changed in the window, by where they are now."""
+
+
+@dataclass(frozen=True)
+class TypeOverview:
+    saga_type: str
+    in_flight: int
+    """In flight now, however long ago they started."""
+    stuck: int
+    by_status: dict[str, int]
+    """In flight now, per status (the step each waits at)."""
+    windows: list[WindowCounts]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: datetime
+    settled: dict[str, int]
+    """Per saga type, the sagas that reached a settled status in the bucket."""
+    p50_ms: float | None
+    p95_ms: float | None
+    """Start to settled status, over every type's sagas settled in the bucket."""
+
+
+@dataclass(frozen=True)
+class Overview:
+    at: datetime
+    step_timeout_s: float
+    stuck_before: datetime
+    types: list[TypeOverview]
+    buckets: list[Bucket]
+    bucket_s: int
+
+    @property
+    def stuck(self) -> int:
+        return sum(t.stuck for t in self.types)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(t.in_flight for t in self.types)
+
+
+CHART_SPAN = timedelta(hours=1)
+BUCKETS = 12
+
+
+def overview(conn: Connection, now: datetime, step_timeout_s: float) -> Overview:
+    """Per saga type: in flight now and stuck, and the outcomes over the last hour and day;
+    throughput and latency over the last hour, in five-minute buckets."""
+    stuck_before = now - timedelta(seconds=step_timeout_s)
+    hour, day = now - WINDOWS[0][1], now - WINDOWS[1][1]
+    types: list[TypeOverview] = []
+    bucket = CHART_SPAN / BUCKETS
+    start = now - CHART_SPAN
+    settled: list[dict[str, int]] = [{} for _ in range(BUCKETS)]
+    durations: list[list[float]] = [[] for _ in range(BUCKETS)]
+    for saga in SAGA_TYPES:
+        s = saga.statuses
+        open_ = queries.open_counts(conn, saga, statuses_of(saga, "in_flight"), stuck_before)
+        changed = queries.status_counts(conn, saga, day, hour)
+        failed = [x for x in s.statuses if x in s.failed]
+        compensated = queries.compensated_count(conn, saga, failed, day, hour)
+        windows = []
+        for i, (label, span) in enumerate(WINDOWS):
+            counts = dict.fromkeys(("in_flight", "finished", "compensated", "failed"), 0)
+            for status, pair in changed.items():
+                counts[outcome_of(saga, status, False)] += pair[1 - i]
+            counts["failed"] -= compensated[1 - i]
+            counts["compensated"] = compensated[1 - i]
+            windows.append(WindowCounts(label, now - span, counts))
+        types.append(
+            TypeOverview(
+                saga_type=saga.entity_type,
+                in_flight=sum(n for n, _ in open_.values()),
+                stuck=sum(o for _, o in open_.values()),
+                by_status={x: open_.get(x, (0, 0))[0] for x in statuses_of(saga, "in_flight")},
+                windows=windows,
+            )
+        )
+        for created, updated in queries.settled_since(conn, saga, sorted(s.settled), start):
+            i = min(int((updated - start) / bucket), BUCKETS - 1)
+            settled[i][saga.entity_type] = settled[i].get(saga.entity_type, 0) + 1
+            durations[i].append((updated - created).total_seconds() * 1000)
+    buckets = [
+        Bucket(start + bucket * i, settled[i], *_percentiles(durations[i])) for i in range(BUCKETS)
+    ]
+    return Overview(now, step_timeout_s, stuck_before, types, buckets, int(bucket.total_seconds()))
+
+
+def _percentiles(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    values.sort()
+
+    def at(q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))]
+
+    return at(0.5), at(0.95)
