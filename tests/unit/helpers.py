@@ -208,7 +208,8 @@ class Bus:
         self.delivered.append((channel, env))
         result = step(process, self.records.get((channel, env.key)), env, now)
         check_declared(process, result.outbound)
-        self.store(channel, env.key, result.record)
+        if result.changed:  # as the worker stores: nothing for a duplicate or a no-op
+            self.store(channel, env.key, result.record)
         self._queue.extend(result.outbound)
 
     def store(self, channel: str, key: str, record: Record[Any]) -> None:
