@@ -1,4 +1,5 @@
-"""The ``sagaline`` command line: topics, worker, projector, api, db, demo, keys, deadletters."""
+"""The ``sagaline`` command line: topics, worker, projector, api, db, demo, keys, deadletters,
+sagas."""
 
 from __future__ import annotations
 
@@ -356,6 +357,130 @@ def deadletters_redrive(letter_offset: int, force: bool) -> None:
         raise click.ClickException(str(exc)) from exc
     again = " again (forced)" if done.forced else ""
     click.echo(f"re-drove {done.source}{again} to partition {done.partition} offset {done.offset}")
+
+
+@main.group()
+def sagas() -> None:
+    """Sagas in the read model: list them by a filter (as the console's list), show one."""
+
+
+_FILTERS = (
+    ("saga-type", "Only sagas of this type (order, enrollment)"),
+    ("status", "Only sagas in this status (the step they are at)"),
+    ("outcome", "in_flight, stuck, finished, compensated or failed"),
+    ("since", "Changed at or after this time (ISO 8601; UTC without a zone)"),
+    ("until", "Changed before this time"),
+    ("customer", "An order's customer id"),
+    ("student", "An enrollment's student id"),
+    ("course", "An enrollment's course id"),
+    ("product", "Sagas that touched this product"),
+    ("entity", "Sagas whose timeline holds this entity key (payment:o-1)"),
+    ("after", "The cursor the previous page printed"),
+    ("limit", "Sagas on the page, 1 to 500 [default: 50]"),
+)
+
+
+def _filter_options(command: Any) -> Any:
+    for name, text in reversed(_FILTERS):
+        command = click.option(f"--{name}", help=text)(command)
+    return command
+
+
+def _read_engine() -> Any:
+    from readside.engine import create_read_engine
+
+    return create_read_engine(get_settings().database_url_with_password())
+
+
+def _read(query: Any, *args: Any) -> Any:
+    """Run a read-model query; a database problem is a sentence, not a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = _read_engine()
+    try:
+        with engine.connect() as conn:
+            return query(conn, *args)
+    except SQLAlchemyError as exc:
+        raise click.ClickException(
+            f"the read-model database is unavailable ({type(exc).__name__}): "
+            "is it running and migrated (`sagaline db upgrade`)?"
+        ) from exc
+    finally:
+        engine.dispose()
+
+
+@sagas.command("list")
+@_filter_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON document, as GET /sagas answers")
+def sagas_list(as_json: bool, **options: str | None) -> None:
+    """A page of sagas, most recently changed first, filtered as the console's list
+    (/console/sagas) and GET /sagas are: id, type, status, outcome, changed, reason. The
+    next page's command is said after it."""
+    import shlex
+    from datetime import UTC, datetime
+
+    from services.api import saga_list
+
+    settings = get_settings()
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        wanted = saga_list.parse(given)
+    except saga_list.FilterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    page = _read(saga_list.list_sagas, wanted, datetime.now(UTC), settings.step_timeout_s)
+    if as_json:
+        click.echo(saga_list.SagaListPublic.of(page).model_dump_json(indent=2))
+        return
+    for s in page.sagas:
+        stuck = s.outcome == "in_flight" and s.updated_at < page.stuck_before
+        outcome = "stuck" if stuck else s.outcome
+        click.echo(
+            f"{s.saga_id}  {s.saga_type:<10} {s.status:<12} {outcome:<11} "
+            f"{s.updated_at.isoformat(timespec='milliseconds')}  {s.reason or ''}".rstrip()
+        )
+    if not page.sagas:
+        click.echo("no saga matches", err=True)
+    elif page.next is not None:
+        again = " ".join(
+            f"--{k.replace('_', '-')} {shlex.quote(v)}" for k, v in wanted.query().items()
+        )
+        more = f"{again} " if again else ""
+        click.echo(f"next page: sagaline sagas list {more}--after {page.next.encode()}", err=True)
+
+
+@sagas.command("show")
+@click.argument("saga_id")
+def sagas_show(saga_id: str) -> None:
+    """A saga's status and reason, the participants it touched, and its timeline (oldest
+    first; compensations marked), as the console's saga page shows them."""
+    from services.api.console import charts, data
+
+    page = _read(data.saga_page, saga_id)
+    if page is None:
+        raise click.ClickException(f"no saga {saga_id!r} is projected (yet)")
+    kind = page.saga.entity_type if page.saga else "saga"
+    click.echo(
+        f"{kind} {saga_id}: {page.status or 'not projected yet'}{' (final)' if page.final else ''}"
+    )
+    if page.reason:
+        click.echo(f"reason: {page.reason}")
+    lanes = charts.lanes(page.steps, page.saga.entity_type if page.saga else None)
+    click.echo(
+        "participants: "
+        + ", ".join(
+            f"{lane.name} ({', '.join(lane.entities)})" if lane.entities else lane.name
+            for lane in lanes
+        )
+    )
+    for i, step in enumerate(page.steps, 1):
+        mark = "COMPENSATION " if step.compensation else ""
+        since = (
+            "" if step.since_previous is None else f" +{step.since_previous.total_seconds():.3f}s"
+        )
+        click.echo(
+            f"{i:>4}  {step.at.isoformat(timespec='milliseconds')}{since}  "
+            f"{step.entity_key}  {step.event_type}  {mark}{step.summary}"
+        )
 
 
 def _kafka(work: Coroutine[Any, Any, T]) -> T:

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request
@@ -24,6 +25,7 @@ from sagas.projections.declare import ReadModel, SagaType
 from sagas.projections.orders import ORDERS
 from sagas.projections.rows import TimelineRow
 from sagas.projections.stock import PRODUCT_STOCK
+from services.api import saga_list
 from services.api.body import StrictJsonRoute
 from services.api.deps import SettingsDep
 from services.api.errors import documented
@@ -237,7 +239,8 @@ customers = APIRouter(prefix="/customers", tags=["customers"], route_class=Stric
 products = APIRouter(prefix="/products", tags=["products"], route_class=StrictJsonRoute)
 sagas = APIRouter(prefix="/sagas", tags=["sagas"], route_class=StrictJsonRoute)
 projections = APIRouter(prefix="/projections", tags=["projections"], route_class=StrictJsonRoute)
-ROUTERS = (orders, customers, products, sagas, projections)
+overview = APIRouter(prefix="/overview", tags=["sagas"], route_class=StrictJsonRoute)
+ROUTERS = (orders, customers, products, sagas, projections, overview)
 
 
 @orders.get("/{order_id}", response_model=OrderPublic, responses=ERRORS)
@@ -275,6 +278,99 @@ async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> S
     await after.applied()
     what = f"stock of product {product_id!r}"
     return StockPublic.of(await row_or_404(engine, PRODUCT_STOCK, product_id, what))
+
+
+_TYPES = "|".join(saga_list.saga_types())
+_STATUSES = "|".join(sorted({x for t in SAGA_TYPES for x in t.statuses.statuses}))
+FilterText = Annotated[str | None, Query(min_length=1, max_length=200, pattern=TEXT)]
+LIST_ERRORS = documented(422, 503, s422="A filter is wrong (the message says which and why)")
+
+
+@sagas.get("", response_model=saga_list.SagaListPublic, responses=LIST_ERRORS | ERRORS)
+async def list_sagas(
+    engine: EngineDep,
+    settings: SettingsDep,
+    after_write: ReadAfterDep,
+    saga_type: Annotated[
+        str | None, Query(pattern=f"^({_TYPES})$", description="Only sagas of this type")
+    ] = None,
+    status: Annotated[
+        str | None,
+        Query(pattern=f"^({_STATUSES})$", description="Only sagas in this status (their step)"),
+    ] = None,
+    outcome: Annotated[
+        str | None,
+        Query(
+            pattern=f"^({'|'.join(saga_list.OUTCOMES)})$",
+            description="in_flight (a step waits), stuck (in flight past a step's deadline), "
+            "finished (settled, not failed), compensated (failed, a step undone), failed "
+            "(failed, nothing undone)",
+        ),
+    ] = None,
+    since: Annotated[
+        datetime | None, Query(description="Only sagas whose status changed at or after this")
+    ] = None,
+    until: Annotated[
+        datetime | None, Query(description="Only sagas whose status changed before this")
+    ] = None,
+    customer: Annotated[FilterText, Query(description="An order's customer id")] = None,
+    student: Annotated[FilterText, Query(description="An enrollment's student id")] = None,
+    course: Annotated[FilterText, Query(description="An enrollment's course id (now)")] = None,
+    product: Annotated[FilterText, Query(description="Sagas that touched this product")] = None,
+    entity: Annotated[
+        FilterText,
+        Query(description="Sagas whose timeline holds this entity key (payment:o-1)"),
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=1000,
+            pattern=r"^[A-Za-z0-9_-]+$",
+            description="The `next` cursor of the previous page (same filter)",
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=saga_list.MAX_LIMIT, description="Sagas a page")] = 50,
+) -> saga_list.SagaListPublic:
+    """Every saga, most recently changed first, filtered; keyset-paged (`next` → `after`):
+    no saga is skipped or repeated across pages. The console's /console/sagas, as JSON."""
+    await after_write.applied()
+    given = {
+        "saga_type": saga_type,
+        "status": status,
+        "outcome": outcome,
+        "since": None if since is None else since.isoformat(),
+        "until": None if until is None else until.isoformat(),
+        "customer": customer,
+        "student": student,
+        "course": course,
+        "product": product,
+        "entity": entity,
+        "after": after,
+        "limit": str(limit),
+    }
+    try:
+        wanted = saga_list.parse({k: v for k, v in given.items() if v is not None})
+    except saga_list.FilterError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    page = await read_query(
+        engine, saga_list.list_sagas, wanted, datetime.now(UTC), settings.step_timeout_s
+    )
+    return saga_list.SagaListPublic.of(page)
+
+
+@overview.get(
+    "/sagas", response_model=saga_list.OverviewPublic, responses=documented(503, 504, s503=DB_DOWN)
+)
+async def saga_overview(
+    engine: EngineDep, settings: SettingsDep, after_write: ReadAfterDep
+) -> saga_list.OverviewPublic:
+    """Per saga type: in flight now and stuck (past a step's deadline), the outcomes over
+    the last hour and day; throughput and latency over the last hour. The console's
+    overview, as JSON."""
+    await after_write.applied()
+    seen = await read_query(engine, saga_list.overview, datetime.now(UTC), settings.step_timeout_s)
+    return saga_list.OverviewPublic.of(seen)
 
 
 @sagas.get("/{saga_id}", response_model=TimelinePublic, responses=ERRORS)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from readside import queries
@@ -507,3 +508,115 @@ def _percentiles(values: list[float]) -> tuple[float | None, float | None]:
         return values[min(len(values) - 1, int(q * len(values)))]
 
     return at(0.5), at(0.95)
+
+
+# --- as JSON (GET /sagas, GET /overview/sagas, ``sagaline sagas list --json``) ------------
+
+
+class ListedSagaPublic(BaseModel):
+    saga_type: str = Field(description="The saga's type (order, enrollment)")
+    saga_id: str
+    status: str = Field(description="Its current status: the step it is at, or how it ended")
+    outcome: str = Field(description="in_flight, finished, compensated or failed")
+    stuck: bool = Field(
+        description="In flight and unchanged for longer than a step's deadline "
+        "(SAGALINE_STEP_TIMEOUT_S)"
+    )
+    reason: str | None
+    created_at: datetime | None
+    updated_at: datetime = Field(description="When its status last changed (the list's order)")
+    ids: dict[str, str] = Field(description="Its other ids by column (customer_id, ...)")
+
+    @classmethod
+    def of(cls, saga: ListedSaga, stuck_before: datetime) -> ListedSagaPublic:
+        return cls(
+            saga_type=saga.saga_type,
+            saga_id=saga.saga_id,
+            status=saga.status,
+            outcome=saga.outcome,
+            stuck=saga.outcome == "in_flight" and saga.updated_at < stuck_before,
+            reason=saga.reason,
+            created_at=saga.created_at,
+            updated_at=saga.updated_at,
+            ids=saga.ids,
+        )
+
+
+class SagaListPublic(BaseModel):
+    sagas: list[ListedSagaPublic] = Field(description="Most recently changed first")
+    next: str | None = Field(
+        description="The next page's cursor (pass it as `after` with the same filter); "
+        "null on the last page"
+    )
+    stuck_before: datetime = Field(description="Sagas in flight unchanged since before are stuck")
+
+    @classmethod
+    def of(cls, page: SagaPage) -> SagaListPublic:
+        return cls(
+            sagas=[ListedSagaPublic.of(s, page.stuck_before) for s in page.sagas],
+            next=None if page.next is None else page.next.encode(),
+            stuck_before=page.stuck_before,
+        )
+
+
+class WindowPublic(BaseModel):
+    label: str
+    since: datetime
+    in_flight: int
+    finished: int
+    compensated: int
+    failed: int
+
+
+class TypeOverviewPublic(BaseModel):
+    saga_type: str
+    stuck: int
+    in_flight: int
+    in_flight_by_status: dict[str, int]
+    windows: list[WindowPublic] = Field(
+        description="The sagas whose status last changed in the last hour and the last day, "
+        "by where they are now"
+    )
+
+
+class BucketPublic(BaseModel):
+    start: datetime
+    settled: dict[str, int] = Field(description="Per saga type, the sagas settled in it")
+    p50_ms: float | None = Field(description="Median start-to-settled time")
+    p95_ms: float | None
+
+
+class OverviewPublic(BaseModel):
+    at: datetime
+    step_timeout_s: float
+    stuck: int = Field(description="Every type's in-flight sagas past a step's deadline")
+    in_flight: int
+    types: list[TypeOverviewPublic]
+    bucket_s: int = Field(description="Each bucket's length in seconds")
+    last_hour: list[BucketPublic] = Field(description="Throughput and latency, oldest first")
+
+    @classmethod
+    def of(cls, seen: Overview) -> OverviewPublic:
+        return cls(
+            at=seen.at,
+            step_timeout_s=seen.step_timeout_s,
+            stuck=seen.stuck,
+            in_flight=seen.in_flight,
+            types=[
+                TypeOverviewPublic(
+                    saga_type=t.saga_type,
+                    stuck=t.stuck,
+                    in_flight=t.in_flight,
+                    in_flight_by_status=t.by_status,
+                    windows=[
+                        WindowPublic(label=w.label, since=w.since, **w.counts) for w in t.windows
+                    ],
+                )
+                for t in seen.types
+            ],
+            bucket_s=seen.bucket_s,
+            last_hour=[
+                BucketPublic(start=b.start, settled=b.settled, p50_ms=b.p50_ms, p95_ms=b.p95_ms)
+                for b in seen.buckets
+            ],
+        )
