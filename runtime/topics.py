@@ -55,10 +55,9 @@ CHANGELOG_CONFIG: dict[str, str] = {
     # old values and tombstone do not wait for the log to get dirty enough.
     "max.compaction.lag.ms": str(6 * 3_600_000),
     # A tombstone stays a day after the pass that compacted what it deletes: a worker that
-    # recovers from a local store older than that may miss it and keep the key. A kept key
-    # heals itself (a marker's own deadline deletes it again, a final record retires again,
-    # their index entries were kept with them); discarding such a store before recovery
-    # is left to do (issue 25).
+    # recovers from a local store older than that may miss it and keep the key, so a worker
+    # discards such stores at its start (services/worker/stale_stores.py). A day of
+    # tombstones is what a worker down longer replays in full instead.
     "delete.retention.ms": str(24 * 3_600_000),
 }
 """The topic config of every Faust changelog: a compacted log that sheds deleted keys
