@@ -58,7 +58,15 @@ class EventTail:
     async def stop(self) -> None:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
+        try:
+            await self._consumer.stop()
+        except asyncio.CancelledError:
+            # aiokafka's fetcher.close() lets out the cancellation of a fetch that was
+            # backing off after a broker timeout (seen with 512 KiB records on a loaded
+            # broker); only a cancellation of this task itself goes on.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
