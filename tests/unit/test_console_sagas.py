@@ -339,3 +339,11 @@ def test_a_long_saga_fits_its_chart() -> None:
     assert width <= 120 + 8 * 300 + 16
     assert re.findall(r'data-lane="([^"]+)"', svg) == ["order", "product"]
     assert "p0, p1 +298" in svg
+
+
+def test_search_looks_in_the_indexed_ids_only() -> None:
+    # The list's indexes lead with updated_at and status: a search compares ids, never
+    # a time (PostgreSQL refuses timestamp = text) or a status.
+    from services.api.console import data
+
+    assert data.searched_columns() == ["customer_id", "student_id", "course_id"]

@@ -59,8 +59,7 @@ def search(conn: Connection, text: str) -> tuple[SagaSummary | None, list[SagaSu
             return _summary(saga, row, saga.model.key), []
     found: list[SagaSummary] = []
     for saga in SAGA_TYPES:
-        columns = dict.fromkeys(i.columns[0] for i in saga.model.indexes)
-        for name in columns:
+        for name in _id_columns(saga):
             rows = queries.rows_where(
                 conn, saga.model, name, text, saga.updated_column, SEARCH_LIMIT
             )
@@ -241,9 +240,16 @@ def _record(body: dict[str, Any]) -> str:
     return "(no value)"
 
 
+def _id_columns(saga: SagaType) -> list[str]:
+    """The ids an index of ``saga``'s model leads with (``customer_id``...): not its times
+    or statuses, which the saga list's indexes lead with."""
+    leading = dict.fromkeys(i.columns[0] for i in saga.model.indexes)
+    return [c for c in leading if c.endswith("_id") and c != saga.model.key]
+
+
 def searched_columns() -> list[str]:
-    """The columns a search looks in besides the saga ids (each model's indexed ones)."""
-    return list(dict.fromkeys(i.columns[0] for s in SAGA_TYPES for i in s.model.indexes))
+    """The columns a search looks in besides the saga ids (each model's indexed ids)."""
+    return list(dict.fromkeys(c for s in SAGA_TYPES for c in _id_columns(s)))
 
 
 def saga_types() -> list[str]:
