@@ -8,8 +8,8 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -27,9 +27,9 @@ from readside.engine import create_read_engine
 from readside.migrate import upgrade
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
-from runtime.topics import EVENTS
+from runtime.topics import EVENTS, create_topics, external_topics
 from sagas.messages import Envelope
-from tests.integration.harness import ServiceProcess
+from tests.integration.harness import ServiceProcess, Stack, isolated_settings, running_stack
 
 PG_URL = os.environ.get("SAGALINE_TEST_PG_URL") or local_pg_url()
 """deploy/local/postgres.sh's cluster, with the password it generated (.local/pg/pgpass)."""
@@ -149,3 +149,24 @@ def read_engine(url: str) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
+
+
+@asynccontextmanager
+async def every_consumer(tmp: Path) -> AsyncIterator[tuple[Stack, Engine, ProjectorProcess]]:
+    """A worker running every process (CDC on: Debezium's topics created empty, as Kafka
+    Connect would, under a prefix of the run's own), the API, and a projector process into
+    a fresh PostgreSQL database: for a test that sends records to every topic a component
+    consumes."""
+    settings = isolated_settings(tmp, cdc_enabled=True)
+    settings = settings.model_copy(update={"cdc_topic_prefix": f"{settings.topic_prefix}-legacy"})
+    await create_topics(settings, external_topics(settings))
+    async with running_stack(settings, tmp) as stack:
+        with fresh_database("postgresql", tmp) as url, read_engine(url) as engine:
+            projector = ProjectorProcess(
+                stack.settings.model_copy(update={"database_url": url}), tmp
+            )
+            projector.start()
+            try:
+                yield stack, engine, projector
+            finally:
+                projector.stop()

@@ -39,9 +39,8 @@ from tests.integration.harness import (
     auth_headers,
     free_port,
     isolated_settings,
-    running_stack,
 )
-from tests.integration.readside import ProjectorProcess, fresh_database, read_engine
+from tests.integration.readside import ProjectorProcess, every_consumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -238,26 +237,14 @@ async def _send_worst_cases(stack: Stack) -> int:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    tmp = tmp_path_factory.mktemp("hostile")
-    settings = isolated_settings(tmp, cdc_enabled=True)
-    settings = settings.model_copy(update={"cdc_topic_prefix": f"{settings.topic_prefix}-legacy"})
-    await create_topics(settings, external_topics(settings))
-    async with running_stack(settings, tmp) as stack:
-        with fresh_database("postgresql", tmp) as url, read_engine(url) as engine:
-            projector = ProjectorProcess(
-                stack.settings.model_copy(update={"database_url": url}), Path(tmp)
-            )
-            projector.start()
-            try:
-                await stack.set_stock("calm", 10)
-                warm = await stack.place([("calm", 1)])
-                await stack.tail.wait_for([warm], 60)
-                await _order_row(engine, warm, 60)
-                offset = stack.worker.log.stat().st_size
-                await _send_worst_cases(stack)
-                yield World(stack, engine, projector, offset)
-            finally:
-                projector.stop()
+    async with every_consumer(tmp_path_factory.mktemp("hostile")) as (stack, engine, projector):
+        await stack.set_stock("calm", 10)
+        warm = await stack.place([("calm", 1)])
+        await stack.tail.wait_for([warm], 60)
+        await _order_row(engine, warm, 60)
+        offset = stack.worker.log.stat().st_size
+        await _send_worst_cases(stack)
+        yield World(stack, engine, projector, offset)
 
 
 async def _order_row(engine: Engine, order_id: str, timeout: float) -> str:

@@ -17,7 +17,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,7 +26,7 @@ from aiokafka import AIOKafkaProducer
 from sqlalchemy import Engine
 
 from readside import queries, store
-from runtime.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS, create_topics, external_topics
+from runtime.topics import DEAD_LETTERS, EVENTS, PROCESS_CHANNELS
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import SCHEMA_VERSION, Envelope
@@ -35,8 +34,8 @@ from sagas.projections.orders import ORDERS
 from sagas.projections.stock import PRODUCT_STOCK
 from services.worker.deadletter import DeadLetter
 from tests.integration.golden import T0
-from tests.integration.harness import Stack, isolated_settings, read_all, running_stack
-from tests.integration.readside import ProjectorProcess, fresh_database, read_engine
+from tests.integration.harness import Stack, read_all
+from tests.integration.readside import ProjectorProcess, every_consumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -192,27 +191,15 @@ async def _send_all(stack: Stack) -> dict[str, list[Sent]]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    tmp = tmp_path_factory.mktemp("poison")
-    settings = isolated_settings(tmp, cdc_enabled=True)
-    settings = settings.model_copy(update={"cdc_topic_prefix": f"{settings.topic_prefix}-legacy"})
-    await create_topics(settings, external_topics(settings))
-    async with running_stack(settings, tmp) as stack:
-        with fresh_database("postgresql", tmp) as url, read_engine(url) as engine:
-            projector = ProjectorProcess(
-                stack.settings.model_copy(update={"database_url": url}), Path(tmp)
-            )
-            projector.start()
-            try:
-                # Warm up: the projector follows the stream before the poison arrives.
-                await stack.set_stock("warmup", 5)
-                order = await stack.place([("warmup", 1)])
-                assert await _order_row_shows(engine, order) == "CONFIRMED"
-                before = await _worker_counts(stack)
-                projector_before = await asyncio.to_thread(_projector_counts, engine)
-                sent = await _send_all(stack)
-                yield World(stack, projector, engine, sent, before, projector_before)
-            finally:
-                projector.stop()
+    async with every_consumer(tmp_path_factory.mktemp("poison")) as (stack, engine, projector):
+        # Warm up: the projector follows the stream before the poison arrives.
+        await stack.set_stock("warmup", 5)
+        order = await stack.place([("warmup", 1)])
+        assert await _order_row_shows(engine, order) == "CONFIRMED"
+        before = await _worker_counts(stack)
+        projector_before = await asyncio.to_thread(_projector_counts, engine)
+        sent = await _send_all(stack)
+        yield World(stack, projector, engine, sent, before, projector_before)
 
 
 async def _letters_for(world: World, channel: str, timeout: float = 60) -> dict[int, Any]:
