@@ -293,6 +293,10 @@ def _compensated(saga: SagaType) -> Any:
     )
 
 
+TOUCHED_IDS = 5000
+"""Up to this many sagas of an entity are fetched by key (see :func:`saga_rows`)."""
+
+
 @dataclass(frozen=True)
 class Below:
     """Where a keyset page of one saga type's rows starts: strictly below ``(at, saga_id)``
@@ -336,9 +340,21 @@ def saga_rows(
         query = query.where(at < codec.utc(until))
     for name, value in (equals or {}).items():
         query = query.where(t.c[name] == value)
+    by_key: int | None = None
     if touching is not None:
         tl = schema.saga_timeline
-        query = query.where(key.in_(select(tl.c.saga_id).where(tl.c.entity_key == touching)))
+        sagas = select(tl.c.saga_id).where(tl.c.entity_key == touching).distinct()
+        found = conn.execute(sagas.limit(TOUCHED_IDS + 1)).scalars().all()
+        if not found:
+            return []
+        # The ids first, then their rows by key (below). With a subquery, or with the ids
+        # and ORDER BY ... LIMIT, PostgreSQL may walk the whole (updated_at, key) index
+        # looking for them (200 ms at a million sagas when the other type has none). An
+        # entity of more sagas keeps the subquery.
+        if len(found) <= TOUCHED_IDS:
+            query, by_key = query.where(key.in_(found)), len(found)
+        else:
+            query = query.where(key.in_(sagas))
     if compensated is not None:
         exists = _compensated(saga)
         query = query.where(exists if compensated else ~exists)
@@ -351,6 +367,13 @@ def saga_rows(
             query = query.where(at <= edge)
         else:
             query = query.where(at < edge)
+    if by_key is not None:
+        # A LIMIT inside is a fence: the rows are found by key, then sorted.
+        inner = query.limit(by_key).subquery()
+        outer = select(inner).order_by(
+            inner.c[saga.updated_column].desc(), inner.c[model.key].desc()
+        )
+        return [codec.row_of(model, row._mapping) for row in conn.execute(outer.limit(limit))]
     query = query.order_by(at.desc(), key.desc()).limit(limit)
     return [codec.row_of(model, row._mapping) for row in conn.execute(query)]
 
@@ -362,8 +385,11 @@ def status_counts(
     t = schema.table_of(saga.model)
     at, status = t.c[saga.updated_column], t.c[saga.status_column]
     recent = func.coalesce(func.sum(case((at >= codec.utc(split), 1), else_=0)), 0)
-    query = select(status, func.count(), recent).where(at >= codec.utc(since)).group_by(status)
-    return {str(s): (int(n), int(r)) for s, n, r in conn.execute(query)}
+    # Every status named: PostgreSQL then counts from the (status, updated_at, key) index
+    # alone (5 ms for a day at a million sagas, where the heap's rows took 75 ms).
+    every = status.in_(saga.statuses.statuses)
+    query = select(status, func.count(), recent).where(every, at >= codec.utc(since))
+    return {str(s): (int(n), int(r)) for s, n, r in conn.execute(query.group_by(status))}
 
 
 def open_counts(
@@ -421,3 +447,22 @@ def compensated_among(conn: Connection, saga_ids: Collection[str]) -> set[str]:
         )
         found.update(conn.execute(query.distinct()).scalars())
     return found
+
+
+def recent_reasons(
+    conn: Connection, saga: SagaType, statuses: Collection[str], recent: int, limit: int = 100
+) -> list[str]:
+    """The distinct reasons of ``saga``'s ``recent`` most recently changed rows in each of
+    ``statuses``, most frequent first (what a reason filter offers): one index range per
+    status, however many rows are in it (:func:`reasons_in_statuses` counts them all)."""
+    t = schema.table_of(saga.model)
+    at, status = t.c[saga.updated_column], t.c[saga.status_column]
+    reason = t.c[saga.reason_column]
+    counts: dict[str, int] = {}
+    for name in sorted(statuses):
+        query = select(reason).where(status == name).order_by(at.desc()).limit(recent)
+        for (text_,) in conn.execute(query):
+            if text_ is not None:
+                counts[str(text_)] = counts.get(str(text_), 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [r for r, _n in ranked[:limit]]

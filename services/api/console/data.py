@@ -23,6 +23,9 @@ from services.deadletters import Letter
 
 SEARCH_LIMIT = 50
 FAILURES_LIMIT = 100
+REASONS_OF = 5000
+"""The reason filter offers the reasons of the most recent failures of each status, this
+many: counting every failure's reason took 150 ms at a million sagas."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ def failures(conn: Connection, saga_type: str | None, reason: str | None) -> Fai
     reasons: dict[str, list[str]] = {}
     for saga in SAGA_TYPES:
         failed = saga.statuses.failed
-        reasons[saga.entity_type] = queries.reasons_in_statuses(conn, saga, failed)
+        reasons[saga.entity_type] = queries.recent_reasons(conn, saga, failed, REASONS_OF)
         if saga_type is not None and saga.entity_type != saga_type:
             continue
         rows = queries.rows_in_statuses(conn, saga, failed, reason, FAILURES_LIMIT)
