@@ -91,6 +91,10 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m scripts.check_declarations
 	$(BIN)/python -m scripts.check_asyncapi
+# The REST API's OpenAPI document under Spectral's spectral:oas rules (.spectral.yaml; its
+# pinned CLI from npm into .local/spectral/ by deploy/local/spectral.sh): no error, no warning.
+	$(BIN)/python -m scripts.export_openapi .local/openapi.json
+	deploy/local/spectral.sh lint .local/openapi.json
 	docker-compose -f deploy/docker-compose.yml --env-file deploy/.env.example config -q
 # deploy/k8s: every manifest against Kubernetes 1.30's schemas (strict: an unknown field
 # fails), offline; then checkov's scan (no finding left; each skip argued in its manifest),

@@ -57,6 +57,9 @@ async def _place_fast(request: StrictJsonRequest) -> Response | None:
 async def place_order(
     request: Request, order: OrderRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> Response:
+    """Place an order: its saga reserves each line's stock, authorizes the payment,
+    confirms the stock and captures the payment, or compensates what it did. Answers 202
+    with the order id and a consistency token (pass it to a GET to read your write)."""
     return await _place(order, bus, claim(request, "order", idempotency_key, order))
 
 
@@ -81,6 +84,9 @@ async def cancel_order(
     body: CancelRequest | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Ask the order's saga to cancel: before the payment is captured it compensates every
+    step taken (stock released, payment voided) and ends CANCELLED; later, the saga refuses
+    and its timeline says why."""
     cancel = body or CancelRequest()  # no body and the default reason are one request
     message_id = claim(request, f"cancel/{order_id}", idempotency_key, cancel).command()
     await dispatch(

@@ -37,6 +37,8 @@ async def set_stock(
     bus: BusDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Set a product's units on hand; the inventory refuses (an event says why) a count
+    below the units reserved."""
     message_id = claim(request, f"stock/{product_id}", idempotency_key, stock).command()
     await dispatch(bus, INVENTORY, stock.command(), key=product_id, message_id=message_id)
     return accepted(
