@@ -112,6 +112,9 @@ class Projector:
     async def step(self) -> None:
         """One batch (or an idle poll), then housekeeping when it is due."""
         if self._owned.unsought and not await self._seek_unsought():
+            # Assigned while the database did not answer: wait, growing, then try again.
+            self._failures += 1
+            await asyncio.sleep(self._backoff())
             return
         fetched = await self._consumer.getmany(
             timeout_ms=POLL_MS, max_records=self.settings.projector_batch_size
@@ -188,17 +191,15 @@ class Projector:
                 log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
 
     async def _seek_unsought(self) -> bool:
-        """Seek the partitions whose stored offsets are to be read (again); False, after a
-        growing wait, when the database does not answer."""
+        """Seek the partitions whose stored offsets are to be read (again); False when the
+        database does not answer."""
         async with self._batch:
             try:
                 await self._seek(set(self._owned.unsought))
                 return True
             except Exception as exc:
                 log.warning("cannot read the stored offsets yet (%s); retrying", bounded(str(exc)))
-        self._failures += 1
-        await asyncio.sleep(self._backoff())
-        return False
+                return False
 
     async def _seek(self, partitions: Collection[int]) -> None:
         """Seek ``partitions`` (those still assigned) to their stored offsets."""
@@ -310,9 +311,15 @@ class Projector:
 
     async def _recover(self) -> None:
         """Wait, then rewind every owned partition to the database's offsets (the fetch moved
-        past the failed batch): the next step seeks them, retried until the database answers."""
+        past the failed batch); retried until the database answers. The batch lock is free
+        while it waits: a rebalance meanwhile hands partitions over as usual."""
         self._owned.to_seek(list(self._owned.starts))
-        await asyncio.sleep(self._backoff())
+        backoff = self._backoff()
+        while True:
+            await asyncio.sleep(backoff)
+            if await self._seek_unsought():
+                return
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _backoff(self) -> float:
         # Doubles with each failure in a row (the exponent capped: hours of failures must
