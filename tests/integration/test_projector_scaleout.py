@@ -191,12 +191,14 @@ async def test_projector_processes_split_the_topic_and_a_sigkilled_one_loses_and
         assert counters["dead_lettered"] == 1
 
 
-def _in_transaction(engine: Engine) -> int:
-    """Connections to this database inside an open transaction, doing nothing (a batch asleep
-    before its commit, or a process stopped there)."""
+def _in_a_batch(engine: Engine) -> int:
+    """Connections to this database inside an open batch, doing nothing: a transaction that
+    wrote its offsets (a batch asleep before its commit, or a process stopped there), not one
+    of the short reads between batches."""
     query = text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND state = 'idle in transaction'"
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE a.datname = current_database() AND a.state = 'idle in transaction' "
+        "AND l.relation = 'projection_checkpoints'::regclass AND l.mode = 'RowExclusiveLock'"
     )
     with engine.connect() as conn:
         return int(conn.execute(query).scalar_one())
@@ -219,7 +221,7 @@ async def _stop_inside_a_batch(
             await asyncio.sleep(0.05)
         assert mine, f"the process never got work:\n{process.tail_log()}"
         process.proc.send_signal(signal.SIGSTOP)
-        if await asyncio.to_thread(_in_transaction, engine):
+        if await asyncio.to_thread(_in_a_batch, engine):
             return mine
         process.proc.send_signal(signal.SIGCONT)
         await asyncio.sleep(DELAY_MS / 3000)
