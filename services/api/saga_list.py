@@ -152,7 +152,10 @@ class Cursor:
             or when.tzinfo is None
         ):
             raise wrong
-        return cls(when.astimezone(UTC), kind, saga_id)
+        try:
+            return cls(when.astimezone(UTC), kind, saga_id)
+        except OverflowError as exc:
+            raise wrong from exc
 
 
 # --- the filter ------------------------------------------------------------------------
@@ -206,12 +209,13 @@ def _time(params: Mapping[str, str], name: str) -> datetime | None:
         return None
     try:
         when = datetime.fromisoformat(value.replace(" ", "+").replace("z", "Z"))
-    except ValueError as exc:
+        # A time at the calendar's edge may have no UTC (0001-01-01T00:00-01:00).
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
         raise FilterError(
             f"The “{name}” time is not a date and time like 2026-11-25T14:00:00Z "
             "(ISO 8601; without a zone it is UTC)."
         ) from exc
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def parse(params: Mapping[str, str]) -> SagaFilter:

@@ -176,6 +176,27 @@ def browse(settings: Settings, declined: str, redriven: str) -> None:
         until(lambda: declined in text_of(driver, "main table"))
         shot(driver, "06-failures")
 
+        # Issue 32: the overview's counts and charts, a filtered list, the swimlanes.
+        driver.find_element(By.LINK_TEXT, "Overview").click()
+        until(lambda: "stuck" in text_of(driver, "#stuck-total"))
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.chart.throughput rect.bar")
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.chart.latency")
+        shot(driver, "13-overview-counts")
+        driver.get(f"{base}/console/sagas?saga_type=order&outcome=compensated")
+        until(lambda: declined in text_of(driver, "#saga-list"))
+        assert "compensated" in text_of(driver, "#saga-list")
+        assert driver.find_element(By.ID, "f-outcome").get_attribute("value") == "compensated"
+        shot(driver, "14-sagas-filtered")
+        driver.find_element(By.LINK_TEXT, declined).click()
+        until(lambda: driver.current_url == f"{base}/console/sagas/{declined}")
+        lanes = [
+            e.get_attribute("data-lane")
+            for e in driver.find_elements(By.CSS_SELECTOR, "svg.swimlanes g.lane")
+        ]
+        assert lanes[0] == "order" and "product" in lanes and "payment" in lanes, lanes
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.swimlanes .mark.compensation")
+        shot(driver, "15-saga-swimlanes")
+
         driver.find_element(By.LINK_TEXT, "Dead letters").click()
         until(lambda: "1 letter(s)" in text_of(driver, "main caption"))
         assert "SAGALINE_MAX_MESSAGE_BYTES" in text_of(driver, "main table")

@@ -90,7 +90,8 @@ def latency(buckets: Sequence[Bucket]) -> Markup:
     plot_w, plot_h = W - LEFT - 8, H - BOTTOM - TOP
     slot = plot_w / max(len(buckets), 1)
     body = _axes(top, plot_h, "ms")
-    for j, (name, pick) in enumerate((("p50", 0), ("p95", 1))):
+    # p95 first, larger, then p50 on top: where both are one value (one saga) both show.
+    for j, (name, pick) in reversed(list(enumerate((("p50", 0), ("p95", 1))))):
         points = []
         for i, b in enumerate(buckets):
             v = (b.p50_ms, b.p95_ms)[pick]
@@ -103,7 +104,7 @@ def latency(buckets: Sequence[Bucket]) -> Markup:
             body.append(f'<polyline class="line {SERIES[j]}" points="{path}"/>')
         for x, y, v, start in points:
             body.append(
-                f'<circle class="dot {SERIES[j]}" cx="{_fmt(x)}" cy="{_fmt(y)}" r="3">'
+                f'<circle class="dot {SERIES[j]}" cx="{_fmt(x)}" cy="{_fmt(y)}" r="{3 + 2 * j}">'
                 f"<title>{name} {v:.0f} ms from {_clock(start)}</title></circle>"
             )
     body += _times(buckets, slot)
