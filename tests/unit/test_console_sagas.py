@@ -32,6 +32,8 @@ pytestmark = pytest.mark.unit
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 TIE = NOW - timedelta(minutes=10)
+FILLED_AT = [NOW]
+"""When :func:`fill` last wrote the rows (the times a filter names count back from it)."""
 """Many sagas changed at this very instant: paging must neither skip nor repeat one."""
 
 
@@ -85,23 +87,28 @@ def step(saga: str, key: str, seq: int, kind: str, at: datetime, summary: str) -
 
 
 def fill(engine: Engine) -> None:
+    """The rows, their times counted back from now: a saga's age (stuck or not) at the
+    request is what it was written with, however long the suite ran before."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    FILLED_AT[0] = now
+    tie = now - (NOW - TIE)
     orders = [
-        order("o-stuck", "AUTHORIZING", NOW - timedelta(minutes=5)),
-        order("o-moving", "PENDING", NOW - timedelta(seconds=3)),
-        order("o-done", "CONFIRMED", NOW - timedelta(minutes=20), customer="c-2"),
-        order("o-comp", "CANCELLED", NOW - timedelta(minutes=30), reason="payment declined"),
-        order("o-refused", "REJECTED", NOW - timedelta(hours=3), reason="out of stock"),
-        order("o-old", "CONFIRMED", NOW - timedelta(days=3)),
+        order("o-stuck", "AUTHORIZING", now - timedelta(minutes=5)),
+        order("o-moving", "PENDING", now - timedelta(seconds=3)),
+        order("o-done", "CONFIRMED", now - timedelta(minutes=20), customer="c-2"),
+        order("o-comp", "CANCELLED", now - timedelta(minutes=30), reason="payment declined"),
+        order("o-refused", "REJECTED", now - timedelta(hours=3), reason="out of stock"),
+        order("o-old", "CONFIRMED", now - timedelta(days=3)),
         # 25 sagas changed at one instant, of both types (the sort key ties).
-        *[order(f"o-tie-{i:02d}", "CONFIRMED", TIE) for i in range(15)],
+        *[order(f"o-tie-{i:02d}", "CONFIRMED", tie) for i in range(15)],
     ]
     enrollments = [
-        enrollment("e-ok", "ENROLLED", NOW - timedelta(minutes=15)),
-        enrollment("e-rej", "REJECTED", NOW - timedelta(minutes=40), student="s-2"),
-        enrollment("e-wait", "PENDING", NOW - timedelta(hours=2)),
-        *[enrollment(f"e-tie-{i:02d}", "ENROLLED", TIE) for i in range(10)],
+        enrollment("e-ok", "ENROLLED", now - timedelta(minutes=15)),
+        enrollment("e-rej", "REJECTED", now - timedelta(minutes=40), student="s-2"),
+        enrollment("e-wait", "PENDING", now - timedelta(hours=2)),
+        *[enrollment(f"e-tie-{i:02d}", "ENROLLED", tie) for i in range(10)],
     ]
-    t0 = NOW - timedelta(minutes=30, seconds=2)
+    t0 = now - timedelta(minutes=30, seconds=2)
     timeline = [
         step("o-comp", "order:o-comp", 1, "order.Placed", t0, "placed"),
         step("o-comp", "product:p1", 4, "ledger.Reserved", t0 + timedelta(seconds=0.2), "r 1"),
@@ -169,20 +176,17 @@ async def test_every_saga_newest_change_first(console: Console) -> None:
         ("product=p1", ["o-comp"]),
         ("entity=payment:o-comp", ["o-comp"]),
         ("entity=product:p9", ["o-refused"]),
-        (
-            f"since={(NOW - timedelta(minutes=16)).isoformat()}"
-            f"&until={(NOW - timedelta(minutes=11)).isoformat()}&outcome=finished",
-            ["e-ok"],
-        ),
-        (
-            f"since={(NOW - timedelta(days=1)).strftime('%Y-%m-%dT%H:%M:%SZ')}"
-            f"&until={(NOW - timedelta(hours=1)).strftime('%Y-%m-%dT%H:%M:%SZ')}",
-            ["e-wait", "o-refused"],
-        ),
+        ("since=<-16m>&until=<-11m>&outcome=finished", ["e-ok"]),
+        ("since=<-1440m>&until=<-60m>", ["e-wait", "o-refused"]),
         ("saga_type=order&status=DROPPED", None),
     ],
 )
 async def test_each_filter(console: Console, query: str, expected: list[str] | None) -> None:
+    # <-16m>: 16 minutes before the rows' now, as a URL's time (one with an offset, one Z).
+    for minutes in re.findall(r"<-(\d+)m>", query):
+        at = FILLED_AT[0] - timedelta(minutes=int(minutes))
+        text = at.isoformat() if int(minutes) < 60 else at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        query = query.replace(f"<-{minutes}m>", text)
     async with console.logged_in("read") as client:
         response = await client.get(f"/console/sagas?{query}")
     if expected is None:  # a status the type does not have is a bad filter
