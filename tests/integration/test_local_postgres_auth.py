@@ -134,8 +134,9 @@ def test_kafka_connect_shows_a_reference_not_the_password() -> None:
         timeout=240,
     )
     assert started.returncode == 0, started.stderr[-3000:]
+    port = os.environ.get("SAGALINE_CONNECT_PORT", "8083")  # connect.sh's own default
     with urllib.request.urlopen(
-        "http://127.0.0.1:8083/connectors/legacy-school/config", timeout=30
+        f"http://127.0.0.1:{port}/connectors/legacy-school/config", timeout=30
     ) as response:
         body = response.read().decode()
     assert json.loads(body)["database.password"] == "${env:SAGALINE_DEBEZIUM_PASSWORD}"
