@@ -184,6 +184,7 @@ class Projector:
         offsets cannot be read now are sought before the next fetch."""
         async with self._batch:
             mine = {tp.partition for tp in assigned if tp.topic == self.topic}
+            self._owned.release((set(self._owned.starts) | self._owned.unsought) - mine)
             self._owned.to_seek(mine)
             try:
                 await self._seek(mine)
@@ -207,12 +208,18 @@ class Projector:
             return
         stored = await asyncio.to_thread(self._checkpoints)
         assigned = {tp.partition: tp for tp in self._consumer.assignment()}
-        sought = sorted(p for p in partitions if p in assigned)
+        fresh = [tp for p, tp in assigned.items() if p in partitions and p not in stored]
+        firsts = await self._consumer.beginning_offsets(fresh) if fresh else {}
+        # No await from here on: every fetch returned so far predates these seeks, and is
+        # dropped (Owned.current); one returned between a seek and its mark would be too,
+        # with the position already past it (seek_to_beginning awaits: hence the offsets).
+        assigned = {tp.partition: tp for tp in self._consumer.assignment()}
+        sought = sorted(
+            p for p in partitions if p in assigned and (p in stored or assigned[p] in firsts)
+        )
         for p in sought:
-            if p in stored:
-                self._consumer.seek(assigned[p], stored[p])
-            else:
-                await self._consumer.seek_to_beginning(assigned[p])
+            tp = assigned[p]
+            self._consumer.seek(tp, stored[p] if p in stored else firsts[tp])
             self._owned.sought(p, stored.get(p))
         shown = {p: stored.get(p, "start") for p in sought}
         log.info(
