@@ -168,6 +168,13 @@ def _placed(**payload: object) -> dict[str, object]:
         (PLACED, {"entity_type": "product"}, "does not name a 'product' entity"),
         (PLACED, {"key": "order:" + "x" * 70}, "orders.order_id holds 64 characters"),
         (PLACED, _placed(total="1e13"), "orders.total holds less than"),
+        (
+            PLACED,
+            _placed(total="9" * 30),
+            f"orders.total holds less than 1000000000000, got {'9' * 30}",
+        ),
+        (PLACED, _placed(total="1e400"), "orders.total holds less than 1000000000000, got 1E+400"),
+        (PLACED, _placed(total="999999999999.995"), "orders.total holds less than"),
         (PLACED, _placed(total="NaN"), "total: Input should be a finite number"),
         (PLACED, {"payload": {"status": "LOST"}}, "order.Placed"),
         (PLACED, {"sequence": 2**40}, "sequence"),
