@@ -382,8 +382,28 @@ def _canonical_decimal(c: Column) -> Column:
     return (F.length(c) <= MAX_NATIVE_DECIMAL_CHARS) & c.rlike(CANONICAL_DECIMAL)
 
 
+NATIVE_DECIMAL = "decimal(38,10)"
+"""What a decimal is compared with its bounds as: 28 whole digits, 10 after the point."""
+_NATIVE_WHOLE, _NATIVE_FRACTION = 28, 10
+
+
 def _as_decimal(c: Column) -> Column:
-    return c.cast("decimal(38,10)")
+    """``c`` as :data:`NATIVE_DECIMAL` where that holds it exactly, else null (the check
+    then fails and the record takes the exact route): a canonical decimal may have up to 30
+    characters, more whole digits than 28 (a cast would overflow: an error under ANSI
+    mode, a null without it) or more than 10 after the point (a cast would round, and
+    ``100.00000000001`` would pass ``le=100``)."""
+    integral, fraction = _parts(c)
+    exact = (F.length(integral) <= _NATIVE_WHOLE) & (F.length(fraction) <= _NATIVE_FRACTION)
+    return F.when(exact, c.try_cast(NATIVE_DECIMAL))
+
+
+def _parts(c: Column) -> tuple[Column, Column]:
+    """The digits before and after the point of a decimal's text (the latter "" when it
+    has none): never an error, whatever the text (``get`` is null past the end, where
+    ``getItem`` fails under ANSI mode)."""
+    pieces = F.split(F.regexp_replace(c, "^-", ""), r"\.")
+    return F.coalesce(F.get(pieces, 0), F.lit("")), F.coalesce(F.get(pieces, 1), F.lit(""))
 
 
 def _digits(places: dict[str, int]) -> Check:
@@ -395,9 +415,7 @@ def _digits(places: dict[str, int]) -> Check:
     whole = (digits if digits is not None else 10**6) - (decimals or 0)
 
     def check(c: Column) -> Column:
-        unsigned = F.regexp_replace(c, "^-", "")
-        integral = F.split(unsigned, r"\.").getItem(0)
-        fraction = F.coalesce(F.split(unsigned, r"\.").getItem(1), F.lit(""))
+        integral, fraction = _parts(c)
         ok = F.lit(True)
         if decimals is not None:
             ok = ok & (F.length(fraction) <= F.lit(decimals)) & (F.length(integral) <= whole)
@@ -459,8 +477,12 @@ JSON_STRING = r'"[^"\\]*"'
 """A JSON string with no escape (its characters are exactly the value's)."""
 JSON_INT = r"-?(?:0|[1-9][0-9]{0,17})"
 """An integer that fits a Spark long."""
-UTC_TIME = r'"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.(?!000000)[0-9]{6})?Z"'
-"""A UTC time as pydantic writes it: no fraction when it is zero, else six digits."""
+UTC_TIME = (
+    r'"(?!0000)[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}'
+    r'(?:\.(?!000000)[0-9]{6})?Z"'
+)
+"""A UTC time as pydantic writes it: no fraction when it is zero, else six digits; never in
+year 0, which Spark's proleptic calendar takes for a time and Python has not."""
 REQUIRED_BY_TRIAGE = frozenset({"entity_type", "sequence"})
 """Optional in the envelope, required of a domain event by the projector's triage."""
 

@@ -93,8 +93,11 @@ def _event_values(value: Value) -> Iterator[tuple[Column, Column]]:
             both = sorted(set(_native(a)) & set(_native(b)))
             for types, left in _typed(both, x):
                 for kinds, right in _typed(types, y):
-                    exact = "decimal(38,0)"  # longs: their difference cannot overflow here
-                    yield F.col("e_type").isin(*kinds), left.cast(exact) - right.cast(exact)
+                    # Longs: as decimal(38,0) their difference cannot overflow (a long's
+                    # own subtraction can: an error under ANSI mode).
+                    exact = "decimal(38,0)"
+                    difference = left.try_cast(exact) - right.try_cast(exact)
+                    yield F.col("e_type").isin(*kinds), difference
         case OrElse(first=first, then=then):
             yield from _event_values(first)
             yield from _event_values(then)
@@ -139,5 +142,7 @@ def _short(value: Column, column: object) -> Column:
 def _money_fits(value: Column, precision: int, scale: int) -> Column:
     """``abs(money(value)) < 10 ** (precision - scale)``; ``value`` is a canonical decimal."""
     limit = Decimal(10) ** (precision - scale)
-    # Casting rounds half up, exactly like codec.money (quantize ROUND_HALF_UP).
-    return F.abs(value.cast(f"decimal(38,{scale})")) < F.lit(limit)
+    # Casting rounds half up, exactly like codec.money (quantize ROUND_HALF_UP). A value the
+    # cast cannot take (too long, not a number: this check may see a value the contract
+    # checks refuse, ANSI mode or not) is null, and fails.
+    return F.abs(value.try_cast(f"decimal(38,{scale})")) < F.lit(limit)

@@ -84,7 +84,8 @@ def parsed(records: DataFrame, text: Column | None = None) -> DataFrame:
             F.col("_env.payload").alias("p"),
         )
         .drop("_env")
-        .withColumn("occurred_at", F.to_timestamp("e_occurred_at"))
+        # Null for a time that is no time (ANSI mode: to_timestamp would fail the job).
+        .withColumn("occurred_at", F.try_to_timestamp(F.col("e_occurred_at")))
         .withColumn("known", F.col("e_type").isin(*sorted(contract.known_types())))
     )
 
@@ -107,7 +108,7 @@ def records_as_events(verdicts: DataFrame) -> DataFrame:
         "timestamp",
         *[column.alias(name) for name, column in event.items()],
         F.when(fast, F.col("e_key")).alias("entity_key"),
-        F.when(fast, F.col("e_sequence").cast("int")).alias("sequence"),
+        F.when(fast, F.col("e_sequence").try_cast("int")).alias("sequence"),
         F.when(fast, F.col("e_type")).alias("type"),
         F.when(fast, F.col("known")).alias("known"),
         F.when(fast, F.col("occurred_at")).alias("occurred_at"),
@@ -143,7 +144,7 @@ def exact_events(exact: DataFrame) -> DataFrame:
         "timestamp",
         *[F.col(f"e_{name}").alias(name) for name in _ENVELOPE_PART],
         F.col("e_key").alias("entity_key"),
-        F.col("e_sequence").cast("int").alias("sequence"),
+        F.col("e_sequence").try_cast("int").alias("sequence"),
         F.col("e_type").alias("type"),
         "known",
         "occurred_at",

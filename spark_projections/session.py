@@ -101,11 +101,18 @@ def _check_pairing(jars: list[Path]) -> None:
 
     kafka = [j.name for j in jars if j.name.startswith("spark-sql-kafka-0-10_")]
     if kafka and not kafka[0].endswith(f"-{pyspark.__version__}.jar"):
-        log.warning("%s does not match pyspark %s", kafka[0], pyspark.__version__)
+        log.warning(
+            "%s does not match pyspark %s (run: deploy/local/spark.sh fetch)",
+            kafka[0],
+            pyspark.__version__,
+        )
 
 
 def _common_conf(shuffle_partitions: int) -> dict[str, str]:
     return {
+        # Spark 4's default, set here so a cluster's own defaults cannot turn it off: the
+        # job's casts and indexes are total under it (try_cast, try_to_timestamp, get).
+        "spark.sql.ansi.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",

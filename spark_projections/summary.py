@@ -109,7 +109,14 @@ def _is_set(value: Column, model: type[Message], name: str) -> Column:
     kind = args[0] if len(args) == 1 else None
     if kind is bool:
         return F.coalesce(value, F.lit(False))
-    if kind is int or kind is Decimal:
-        # A double is zero exactly where the (at most 30 characters long) decimal is.
-        return F.coalesce(value.cast("double") != 0, F.lit(False))
+    if kind is int:
+        return F.coalesce(value != 0, F.lit(False))
+    if kind is Decimal:
+        # Zero where every digit is: read from the text pydantic wrote (a cast to double
+        # would take 1E-400 for zero, and fail the job under ANSI mode on what is no number).
+        return F.coalesce(~value.rlike(ZERO_DECIMAL), F.lit(False))
     return value.isNotNull()
+
+
+ZERO_DECIMAL = r"^[-+]?(0+\.?0*|\.0+)([eE][-+]?[0-9]+)?$"
+"""The texts of a zero decimal (``0``, ``-0.00``, ``0E-7``...)."""

@@ -161,7 +161,8 @@ def _value(value: Value, sources: dict[type[Message] | None, _Source]) -> Column
         case LatestSequence(of=of):
             return F.col(sources[of].alias)["sequence"]
         case Difference(left=left, right=right):
-            return _value(left, sources) - _value(right, sources)
+            # Null rather than an error (ANSI mode) where two longs' difference overflows.
+            return F.try_subtract(_value(left, sources), _value(right, sources))
         case OrElse(first=first, then=then):
             return F.coalesce(_value(first, sources), _value(then, sources))
         case Constant(value=constant):
@@ -170,16 +171,19 @@ def _value(value: Value, sources: dict[type[Message] | None, _Source]) -> Column
 
 
 def _typed(kind: Kind, value: Column) -> Column:
-    """``value`` as the SQL table's column holds it."""
+    """``value`` as the SQL table's column holds it. Every applied event's values fit their
+    columns (the projector dead-letters those that do not, and so does the rebuild: the
+    limits), so these casts never meet a value they cannot take; were one to, it would be
+    null (``try_cast``), never an error that fails the whole rebuild under ANSI mode."""
     match kind:
         case JsonList():
             return json_text.python_json(F.to_json(value, {"ignoreNullFields": "false"}))
         case Money(precision=precision, scale=scale):
-            return value.cast(f"decimal({precision},{scale})")
+            return value.try_cast(f"decimal({precision},{scale})")
         case Integer():
-            return value.cast("int")
+            return value.try_cast("int")
         case Timestamp():
-            return value.cast("timestamp")
+            return value.try_cast("timestamp")
         case Text():
-            return value.cast("string")
+            return value.cast("string")  # any value has a text
     raise NoNativeTwin(f"no Spark type for {kind!r}")

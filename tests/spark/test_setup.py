@@ -1,5 +1,6 @@
 """Set-up the rebuild relies on: its tables come from migrations 0002 and 0004 exactly as
-declared, a missing jar is named with the command that fetches it, and a rebuild that fails
+declared, the session runs in ANSI mode, a missing jar is named with the command that
+fetches it, and a rebuild that fails
 (here before Spark starts: its topic does not exist) leaves a row in rebuild_failures, while
 one refused because another runs leaves none."""
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from sqlalchemy import text
 
 from readside import queries
@@ -42,6 +45,14 @@ def test_migrations_create_exactly_the_rebuild_tables(backend: str, tmp_path: Pa
         options = {"compare_type": True, "include_name": ours}
         context = MigrationContext.configure(conn, opts=options)
         assert compare_metadata(context, tables.metadata) == []
+
+
+def test_the_session_runs_in_ansi_mode(spark: SparkSession) -> None:
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    times = spark.createDataFrame([("2024-02-30T09:00:00Z",)], "v string")
+    with pytest.raises(Exception, match="CAST_INVALID_INPUT"):  # what the job never does
+        times.select(F.to_timestamp("v")).collect()
+    assert times.select(F.try_to_timestamp(F.col("v"))).collect()[0][0] is None
 
 
 def test_missing_jars_say_how_to_fetch_them(tmp_path: Path) -> None:
