@@ -53,17 +53,29 @@ take_lock() {
   fi
 }
 
-# maven_is_fetched POM DIR: true if DIR holds a complete fetch of POM's current version
-# (the stamp holds the pom's checksum, so bumping a version in the pom triggers a re-fetch).
+# maven_stamp POM [EXTRA]: the checksum a fetch of POM is stamped with: the pom's, or that of
+# the pom and EXTRA (what else decides the fetched set, e.g. a version passed with -D).
+maven_stamp() {
+  if [[ -n "${2:-}" ]]; then
+    { cat "$1"; printf '%s\n' "$2"; } | sha256sum | awk '{print $1}'
+  else
+    sha256sum "$1" | awk '{print $1}'
+  fi
+}
+
+# maven_is_fetched POM DIR [EXTRA]: true if DIR holds a complete fetch of POM's current version
+# (the stamp holds the checksum of the pom and EXTRA, so bumping a version triggers a re-fetch).
 maven_is_fetched() {
-  [[ -f "${2}/.fetched" ]] && [[ "$(cat "${2}/.fetched")" == "$(sha256sum "$1" | awk '{print $1}')" ]]
+  [[ -f "${2}/.fetched" ]] && [[ "$(cat "${2}/.fetched")" == "$(maven_stamp "$1" "${3:-}")" ]]
 }
 
 # maven_fetch POM DIR WHAT "PREFIX..." [MVN_ARGS...]: copy POM's dependencies into DIR
 # with Maven, once. Each space-separated PREFIX must name at least one fetched jar.
+# Optional, from the environment: MAVEN_STAMP, the EXTRA of maven_is_fetched; MAVEN_CHECK, a
+# command run with the fetched (not yet swapped in) folder, whose failure fails the fetch.
 maven_fetch() {
   local pom="$1" dir="$2" what="$3" required="$4"; shift 4
-  if maven_is_fetched "$pom" "$dir"; then
+  if maven_is_fetched "$pom" "$dir" "${MAVEN_STAMP:-}"; then
     log "jars already present in ${dir#"$SAGALINE_ROOT"/} (delete it to re-fetch)"
     return 0
   fi
@@ -95,7 +107,10 @@ maven_fetch() {
   for want in $required; do
     ls "$tmp"/"${want}"*.jar >/dev/null 2>&1 || die "fetch finished but ${want}*.jar is missing in $tmp"
   done
-  sha256sum "$pom" | awk '{print $1}' >"${tmp}/.fetched"
+  if [[ -n "${MAVEN_CHECK:-}" ]] && ! $MAVEN_CHECK "$tmp"; then
+    die "the fetched ${what} failed its check; nothing was installed (they are in $tmp)"
+  fi
+  maven_stamp "$pom" "${MAVEN_STAMP:-}" >"${tmp}/.fetched"
   rm -rf "$dir"
   mv "$tmp" "$dir"
   log "fetched $(find "$dir" -name '*.jar' | wc -l) jars in $((SECONDS - start)) s"

@@ -5,18 +5,23 @@
 # The job puts these files on `spark.jars`; it never resolves anything at run
 # time (no spark.jars.packages), so a nightly run needs no network but Kafka's.
 #
-# Usage: deploy/local/spark.sh fetch|status|jars|submit
+# The Spark version is pyspark's pin in pyproject.toml (stated there only): the
+# connector is fetched for that version (-Dspark.version), and a fetch fails when a
+# fetched jar is another copy of one pyspark ships (scripts/check_spark_jars.py).
+#
+# Usage: deploy/local/spark.sh fetch|status|jars|submit|version
 #   fetch      download the jars into .local/spark/jars (no-op if present and
-#              the pom is unchanged)
+#              the pom and the version are unchanged); `make install` runs it
 #   status     exit 0 if the jars are present and match the pom, 3 if not
 #   jars       print the jars as a comma list (for spark-submit --jars)
 #   submit ARGS  spark-submit the rebuild with those jars, e.g.
 #              `spark.sh submit --master spark://host:7077` (extra args go to
 #              spark-submit before the job file)
+#   version    print the Spark version (pyproject.toml's pyspark pin)
 #
 # Layout (all under the git-ignored .local/):
 #   .local/m2            Maven cache shared with kafka.sh
-#   .local/spark/jars    the jars (+ .fetched stamp holding the pom's checksum)
+#   .local/spark/jars    the jars (+ .fetched stamp: checksum of the pom and version)
 set -euo pipefail
 
 SAGALINE_SCRIPT="spark"
@@ -27,13 +32,36 @@ POM="${SAGALINE_ROOT}/deploy/local/spark/pom.xml"
 SDIR="${SAGALINE_LOCAL}/spark"
 JARS="${SDIR}/jars"
 
-is_fetched() { maven_is_fetched "$POM" "$JARS"; }
+PYTHON="${SAGALINE_ROOT}/.venv/bin/python"
+
+# The one statement of the Spark version: `"pyspark==X.Y.Z"` in pyproject.toml.
+spark_version() {
+  local version
+  version="$(sed -n 's/^ *"pyspark==\([0-9][0-9.]*\)".*/\1/p' "${SAGALINE_ROOT}/pyproject.toml")"
+  [[ -n "$version" ]] || die "no \"pyspark==<version>\" pin in pyproject.toml"
+  printf '%s\n' "$version"
+}
+
+is_fetched() { maven_is_fetched "$POM" "$JARS" "spark.version=$(spark_version)"; }
+
+# Run on the fetched folder before it is swapped in: no artifact twice on the classpath.
+check_jars() {
+  (cd "$SAGALINE_ROOT" && "$PYTHON" -m scripts.check_spark_jars "$1")
+}
 
 cmd_fetch() {
+  local version installed
+  version="$(spark_version)"
+  [[ -x "$PYTHON" ]] || die "no ${PYTHON#"$SAGALINE_ROOT"/} (run: make install)"
+  installed="$("$PYTHON" -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null)" \
+    || die "pyspark is not installed in .venv (run: make install)"
+  [[ "$installed" == "$version" ]] \
+    || die "pyspark ${installed} is installed, pyproject.toml pins ${version} (run: make install)"
   # Runtime scope only: what the job loads, not the connector's test or provided deps.
-  maven_fetch "$POM" "$JARS" "Spark Kafka source and JDBC drivers" \
+  MAVEN_STAMP="spark.version=${version}" MAVEN_CHECK=check_jars \
+    maven_fetch "$POM" "$JARS" "Spark ${version} Kafka source and JDBC drivers" \
     "spark-sql-kafka-0-10_ kafka-clients- commons-pool2- postgresql- sqlite-jdbc-" \
-    -DincludeScope=runtime
+    -DincludeScope=runtime -Dspark.version="$version"
 }
 
 cmd_status() {
@@ -51,7 +79,7 @@ cmd_jars() {
 }
 
 cmd_submit() {
-  local python="${SAGALINE_ROOT}/.venv/bin/python" submit
+  local python="$PYTHON" submit
   submit="$(dirname "$("$python" -c 'import pyspark; print(pyspark.__file__)')")/bin/spark-submit"
   [[ -x "$submit" ]] || submit="$(command -v spark-submit)" || die "spark-submit not found"
   cd "$SAGALINE_ROOT"
@@ -67,6 +95,7 @@ main() {
     status) cmd_status ;;
     jars)   cmd_jars ;;
     submit) cmd_submit "$@" ;;
+    version) spark_version ;;
     *)
       sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
       exit 2 ;;

@@ -1,6 +1,7 @@
 """Set-up the rebuild relies on: its tables come from migrations 0002 and 0004 exactly as
-declared, the session runs in ANSI mode, a missing jar is named with the command that
-fetches it, and a rebuild that fails
+declared, the session runs in ANSI mode, the fetched jars are the connector of pyspark's own
+version and no second copy of a jar pyspark ships, a missing jar is named with the command
+that fetches it, and a rebuild that fails
 (here before Spark starts: its topic does not exist) leaves a row in rebuild_failures, while
 one refused because another runs leaves none."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pyspark
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -19,6 +21,7 @@ from sqlalchemy import text
 from readside import queries
 from readside.engine import create_read_engine
 from runtime.settings import Settings
+from scripts import check_spark_jars
 from spark_projections import guard, job, tables
 from spark_projections.read import TopicMissing
 from spark_projections.session import MissingJars, jar_paths
@@ -53,6 +56,14 @@ def test_the_session_runs_in_ansi_mode(spark: SparkSession) -> None:
     with pytest.raises(Exception, match="CAST_INVALID_INPUT"):  # what the job never does
         times.select(F.to_timestamp("v")).collect()
     assert times.select(F.try_to_timestamp(F.col("v"))).collect()[0][0] is None
+
+
+def test_the_fetched_jars_are_for_pyspark_and_add_no_second_copy_of_its_own() -> None:
+    fetched = jar_paths(Path(".local/spark/jars"))
+    kafka = [j.name for j in fetched if j.name.startswith("spark-sql-kafka-0-10_2.13-")]
+    assert kafka == [f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar"]
+    shipped = [j.name for j in check_spark_jars.pyspark_jars().glob("*.jar")]
+    assert check_spark_jars.clashes([j.name for j in fetched], shipped) == []
 
 
 def test_missing_jars_say_how_to_fetch_them(tmp_path: Path) -> None:
