@@ -9,10 +9,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install stack-up stack-down browser run stop demo test test-unit lint format bench faults clean
 
-# The virtualenv, and the Kafka Connect + Debezium jars (legacy CDC): nothing downloads at
-# run time. (Kafka's jars come with kafka.sh start, Spark's with stack-up.)
+# The virtualenv, the Kafka Connect + Debezium jars (legacy CDC) and the Spark rebuild's jars
+# (for the pinned pyspark, checked against its own): nothing downloads at run time, so
+# `sagaline rebuild` works right after `make run`. (Kafka's jars come with kafka.sh start.)
 install: $(STAMP)
 	@deploy/local/connect.sh fetch
+	@deploy/local/spark.sh fetch
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,11 +22,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# PostgreSQL, Kafka and Kafka Connect (Debezium on the legacy database) started, the Spark
-# rebuild's jars fetched (once; never at run time).
-stack-up:
+# PostgreSQL, Kafka and Kafka Connect (Debezium on the legacy database) started; the Spark
+# rebuild's jars come with install (once; never at run time).
+stack-up: install
 	deploy/local/stack.sh up
-	deploy/local/spark.sh fetch
 
 # Debian's headless Chromium and chromedriver, for the console's browser test (once).
 browser:
