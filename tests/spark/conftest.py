@@ -1,42 +1,58 @@
 """One local SparkSession for the whole test session (chispa/quinn style), built exactly as
 the job builds its own (jars from ``.local/spark/jars``, UTC, small shuffles).
 
-A fresh clone has no jars yet: the fixture runs the set-up step that fetches them
-(``deploy/local/spark.sh fetch``, idempotent) before it gives up with its message. The job
-itself never fetches anything.
+A fresh clone has no jars yet, and a new pyspark pin makes them stale (the connector of
+another Spark): the fixture runs the set-up step that fetches them (``deploy/local/spark.sh
+fetch``: a no-op when they are current) before it gives up with its message. The job itself
+never fetches anything.
 """
 
 from __future__ import annotations
 
+import logging
 import subprocess
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_projections.session import REPO_ROOT, MissingJars, build_session, jar_paths
+from spark_projections.session import REPO_ROOT, MissingJars, build_session
 
 JARS = Path(".local/spark/jars")
 
 
 def _ensure_jars() -> None:
-    try:
-        jar_paths(JARS)
-    except MissingJars:
-        fetch = subprocess.run(
-            [str(REPO_ROOT / "deploy/local/spark.sh"), "fetch"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if fetch.returncode != 0:
-            pytest.fail(f"deploy/local/spark.sh fetch failed:\n{fetch.stderr}", pytrace=False)
+    fetch = subprocess.run(
+        [str(REPO_ROOT / "deploy/local/spark.sh"), "fetch"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if fetch.returncode != 0:
+        pytest.fail(f"deploy/local/spark.sh fetch failed:\n{fetch.stderr}", pytrace=False)
+
+
+def _keep_pytests_log_format() -> None:
+    """PySpark 4 logs a failed query through two loggers of its own class (non-propagating
+    ``PySparkLogger``s), whose ``addHandler`` sets its JSON formatter on the handler it is
+    given. pytest attaches its capture handlers to every non-propagating logger at each
+    test, so once such a logger exists, every later test's ``caplog`` is formatted as JSON,
+    exceptions from ``exc_info`` unredacted (services.logsafe cleans ``exc_text``): a unit
+    test of the redaction failed after a Spark test had raised. These two loggers add a
+    handler as any logger does."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        logger = PySparkLogger.getLogger(name)
+        logger.addHandler = types.MethodType(logging.Logger.addHandler, logger)  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     _ensure_jars()
+    _keep_pytests_log_format()
     try:
         session = build_session(
             master="local[2]",
