@@ -129,7 +129,11 @@ def exact_verdicts(records: DataFrame) -> DataFrame:
     others = records.where(~F.col("fast")).select(
         "topic", "partition", "offset", "timestamp", "key", "value"
     )
-    return others.withColumn("verdict", F.udf(_triage, _VERDICT)("key", "value"))
+    # A plain (pickled) Python UDF, said so: Spark 4.2 asks for an Arrow-optimized one by
+    # default, which needs pyarrow and pandas (not installed: it falls back, with warnings)
+    # and coerces returned values by other rules.
+    triage = F.udf(_triage, _VERDICT, useArrow=False)
+    return others.withColumn("verdict", triage("key", "value"))
 
 
 def exact_events(exact: DataFrame) -> DataFrame:
