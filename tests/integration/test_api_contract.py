@@ -34,6 +34,7 @@ import uvicorn
 from aiokafka.admin import AIOKafkaAdminClient
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from sqlalchemy import create_engine
 
 from readside import store
@@ -142,7 +143,27 @@ def test_every_operation_keeps_the_openapi_contract(
     params, headers = _short_waits(case)
     _one_line_per_product(case)
     headers |= _fresh_idempotency_key(case)
-    case.call_and_validate(base_url=api_url, params=params, headers=headers | auth)
+    case.call_and_validate(
+        base_url=api_url,
+        params=params,
+        headers=headers | auth,
+        excluded_checks=_excluded_checks(case),
+    )
+
+
+COMBINED_FILTERS = {("GET", "/sagas"), ("GET", "/overview/sagas")}
+"""The saga list's operations: their filters, each valid alone, can contradict each other (a
+student filter on order sagas, a status outside the outcome asked, an empty time window),
+answered 422 with a sentence, which OpenAPI cannot state; and like every GET of this API
+they ignore a query parameter they do not know, which the fuzzer's negative cases send. So
+the two "accepted/rejected as the schema says" checks do not hold there; every other check
+(status codes documented, bodies matching their schema, no 500) does."""
+
+
+def _excluded_checks(case: Any) -> list[Any]:
+    if (case.method.upper(), case.operation.path) in COMBINED_FILTERS:
+        return [positive_data_acceptance, negative_data_rejection]
+    return []
 
 
 def test_sequences_of_calls_keep_the_contract(api_url: str, auth: dict[str, str]) -> None:
@@ -158,6 +179,9 @@ def test_sequences_of_calls_keep_the_contract(api_url: str, auth: dict[str, str]
             params, headers = _short_waits(case)
             headers |= _fresh_idempotency_key(case)
             return {"base_url": api_url, "params": params, "headers": headers | auth}
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            case.validate_response(response, excluded_checks=_excluded_checks(case))
 
     Chains.TestCase.settings = settings(
         max_examples=25,
