@@ -22,17 +22,7 @@ cmd_install() {
     log "present: $(/usr/bin/chromium --version 2>/dev/null || echo chromium)"
     return 0
   fi
-  [[ $EUID -eq 0 ]] || die "Chromium is not installed and we are not root: run 'sudo apt-get install -y chromium chromium-driver'"
-  require_cmd apt-get "Only Debian/Ubuntu are supported; install Chromium and its chromedriver by hand."
-  export DEBIAN_FRONTEND=noninteractive
-  local apt_opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-  log "installing Debian's chromium and chromium-driver ..."
-  # As postgres.sh: try without `apt-get update` first, it is slow and often unneeded.
-  if ! apt-get install "${apt_opts[@]}" chromium chromium-driver; then
-    log "install failed, running apt-get update and retrying ..."
-    apt-get update -q
-    apt-get install "${apt_opts[@]}" chromium chromium-driver
-  fi
+  apt_install chromium chromium-driver
   present || die "chromium installed but /usr/bin/chromium or /usr/bin/chromedriver is missing"
   log "installed: $(/usr/bin/chromium --version 2>/dev/null || echo chromium)"
 }

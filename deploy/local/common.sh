@@ -39,6 +39,21 @@ require_cmd() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found in PATH. $2"
 }
 
+# apt_install PACKAGE...: install Debian packages as root, without `apt-get update` first (it
+# is slow and often unneeded), then with it if that failed.
+apt_install() {
+  [[ $EUID -eq 0 ]] || die "$* not installed and we are not root: run 'sudo apt-get install -y $*'"
+  require_cmd apt-get "Only Debian/Ubuntu are supported; install $* by hand."
+  export DEBIAN_FRONTEND=noninteractive
+  local apt_opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+  log "installing Debian's $* ..."
+  if ! apt-get install "${apt_opts[@]}" "$@"; then
+    log "install failed, running apt-get update and retrying ..."
+    apt-get update -q
+    apt-get install "${apt_opts[@]}" "$@"
+  fi
+}
+
 # take_lock NAME: serialise start/stop/reset of one service across concurrent
 # callers (several engineers' or test runs' `start` at the same moment would
 # otherwise race on the pid file and the port). The lock is held on fd 9

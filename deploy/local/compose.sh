@@ -22,17 +22,7 @@ cmd_install() {
     log "present: $(docker-compose version --short 2>/dev/null || echo docker-compose)"
     return 0
   fi
-  [[ $EUID -eq 0 ]] || die "docker-compose is not installed and we are not root: run 'sudo apt-get install -y docker-compose'"
-  require_cmd apt-get "Only Debian/Ubuntu are supported; install docker-compose by hand."
-  export DEBIAN_FRONTEND=noninteractive
-  local apt_opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-  log "installing Debian's docker-compose ..."
-  # As postgres.sh: try without `apt-get update` first, it is slow and often unneeded.
-  if ! apt-get install "${apt_opts[@]}" docker-compose; then
-    log "install failed, running apt-get update and retrying ..."
-    apt-get update -q
-    apt-get install "${apt_opts[@]}" docker-compose
-  fi
+  apt_install docker-compose
   present || die "docker-compose installed but not on PATH"
   log "installed: $(docker-compose version --short 2>/dev/null || echo docker-compose)"
 }
