@@ -217,6 +217,26 @@ async def test_a_wrong_or_revoked_key_is_a_page_with_a_sentence(console: Console
         assert (await client.get("/console")).status_code == 303  # logged out at once
 
 
+async def test_login_tries_are_throttled_as_the_apis_key_checks_are(tmp_path: Path) -> None:
+    throttled = Console(tmp_path, api_key_failures_burst=2, api_key_failures_per_s=0.01)
+    valid = throttled.key("read")
+    wrong = valid[:-4] + ("AAAA" if not valid.endswith("AAAA") else "BBBB")  # well formed
+    try:
+        async with throttled.client() as client:
+            answers = [
+                (await client.post("/console/login", data={"api_key": wrong})).status_code
+                for _ in range(3)
+            ]
+            assert answers == [401, 401, 429]
+            refused = await client.post("/console/login", data={"api_key": valid})
+            assert refused.status_code == 429  # this address spent its tries: no check runs
+            assert (
+                "not valid" in html.unescape(refused.text) and "set-cookie" not in refused.headers
+            )
+    finally:
+        throttled.engine.dispose()
+
+
 async def test_a_key_without_read_cannot_log_in(console: Console) -> None:
     async with console.client() as client:
         response = await client.post("/console/login", data={"api_key": console.key("commands")})

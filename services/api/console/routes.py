@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlalchemy import Engine
@@ -513,7 +513,11 @@ async def login(request: Request) -> Response:
         return _login_refused(request, 400, INSECURE_LOGIN)
     form = await _form(request)
     key = form.get("api_key", "").strip()
-    found = await session.authenticate(request.app.state.access, key)
+    address = request.client.host if request.client else "unknown"
+    try:
+        found = await session.authenticate(request.app.state.access, key, address)
+    except HTTPException as refused:  # the key checks' 429
+        return _login_refused(request, refused.status_code, str(refused.detail))
     if found is None:
         return _login_refused(
             request, 401, "That API key is not valid here (unknown, revoked or mistyped)."

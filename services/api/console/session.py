@@ -30,7 +30,7 @@ from starlette.responses import Response
 from runtime.settings import Settings
 from services.api.auth import ANONYMOUS, Access
 from services.api.console.sessions import Session, SessionStore
-from services.keys import SCOPES, Keyring
+from services.keys import SCOPES, Keyring, well_formed
 
 COOKIE = "sagaline_console"
 PATH = "/console"
@@ -90,11 +90,16 @@ def _key_unchanged(keyring: Keyring, session: Session) -> bool:
     return any(k.key_id == session.key_id and k.scopes == session.scopes for k in keyring)
 
 
-async def authenticate(access: Access, key: str) -> tuple[str, frozenset[str]] | None:
-    """The id and scopes of ``key``, None for a key this API does not know."""
+async def authenticate(access: Access, key: str, address: str) -> tuple[str, frozenset[str]] | None:
+    """The id and scopes of ``key``, None for a key this API does not know. Checked as the
+    API's key gate checks a new key (services.api.keychecks): throttled per client address
+    and in number at once, so the login form is no cheaper way to spend scrypt runs or to
+    try keys; a refusal there is an HTTPException 429."""
     if access.keyring is None or not key or len(key) > MAX_KEY_CHARS:
         return None
-    stored = await asyncio.to_thread(access.keyring.authenticate, key)
+    stored = access.keyring.recognise(key)
+    if stored is None and well_formed(key):
+        stored = await access.checks.verify(access.keyring, key, address)
     return None if stored is None else (stored.key_id, stored.scopes)
 
 
