@@ -22,7 +22,7 @@ import statistics
 import uuid
 from pathlib import Path
 
-import sagas.contracts  # noqa: F401
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from benchmarks.apirun import ApiProcess, ensure_wrk, lscpu_model, run_wrk
 from benchmarks.bench_sagas import envelope, run_orders
 from benchmarks.common import (

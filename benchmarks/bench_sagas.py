@@ -30,7 +30,7 @@ from decimal import Decimal
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-import sagas.contracts  # noqa: F401
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from benchmarks.common import (
     RssSampler,
     StallWatch,

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-import sagas.contracts  # noqa: F401
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from benchmarks.bench_sagas import envelope, order, run_orders
 from benchmarks.common import delete_run_topics, git_rev, machine, percentile, run_settings
 from runtime.topics import INVENTORY, ORDER_SAGA, create_topics

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisWarning
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from readside.triage import Rejected, triage
 from sagas.debezium import decode_transaction_marker
 from sagas.legacy_ingest import change_envelope

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from faults.topics import Raw
 from sagas.catalog import saga_type
 from sagas.contracts.orders import FINAL_STATUSES

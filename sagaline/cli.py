@@ -87,7 +87,7 @@ def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
     from datetime import UTC, datetime
 
-    import sagas.contracts  # noqa: F401
+    import sagas.domains  # noqa: F401  (registers every domain's contracts)
     from runtime.kafka_security import KafkaUnreachable
     from runtime.logformat import dict_config
     from runtime.topics import TopicMismatch, check_topics

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from sagas.messages import Envelope, Message
 
 OUT = Path(__file__).resolve().parents[1] / "contracts"

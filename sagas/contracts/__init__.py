@@ -1,8 +1,7 @@
 """Message contracts, defined once and used by the API, the agents, the projector and Spark.
 
-Importing this package registers every contract with :class:`sagas.messages.Message`.
+Each domain names the contract modules it declares (``sagas.domains``); ``system`` (the
+tick every process accepts) belongs to none. Importing ``sagas.domains`` registers every
+contract with :class:`sagas.messages.Message`; this package lists none (a domain's
+contracts are its own).
 """
-
-from sagas.contracts import enrollment, ledger, legacy, orders, payment, system
-
-__all__ = ["enrollment", "ledger", "legacy", "orders", "payment", "system"]

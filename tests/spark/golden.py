@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from sagas.contracts import enrollment as ec
 from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.contracts import payment as pc

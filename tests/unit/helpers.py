@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from sagas.catalog import channel as declared_channel
 from sagas.contracts.system import Tick
 from sagas.machinery.process import Outbound, Process

@@ -1,0 +1,134 @@
+"""A domain declared once: its contracts, process channels, processes, read models, saga
+types and the edge modules that serve it (its API routers, its demo story).
+
+Every registry iterates over the domains (``sagas.domains.DOMAINS``): the catalog, the
+worker's wiring, the API, the contract export, the Spark rebuild and the tests. Pure: the
+edge modules are named as dotted paths, imported by the edge that uses them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Generic, TypeVar
+
+from sagas.contracts.system import Tick
+from sagas.machinery.process import Process
+from sagas.messages import Message
+from sagas.projections.declare import ReadModel, SagaType
+
+P = TypeVar("P", contravariant=True)
+"""What a domain's process factory reads from the settings: a Protocol declared beside the
+domain, which ``runtime.settings.Settings`` satisfies structurally."""
+
+
+@dataclass(frozen=True)
+class ProcessChannel:
+    """A process's channel and the definition that listens on it: its topic carries the
+    commands and replies the definition ``ACCEPTS`` (and ``system.Tick``), keyed by its
+    ``KEY``; its ``FACTS`` go to the domain-event topic."""
+
+    name: str
+    definition: type[Process[Any]]
+    cdc: bool = False
+    """Fed only by the worker's Debezium ingest edge (through the correlator's stages): the
+    worker runs it only with SAGALINE_CDC_ENABLED. Without CDC its topic stays empty, and a
+    consumer of its partitions would cost every fetch of the worker's consumer for nothing
+    (5-8 points of a core below full load: BENCHMARKS.md, "Issue 11, fifth step")."""
+
+    @property
+    def accepts(self) -> tuple[type[Message], ...]:
+        return (*self.definition.ACCEPTS, Tick)
+
+    @property
+    def facts(self) -> tuple[type[Message], ...]:
+        return self.definition.FACTS
+
+    @property
+    def key(self) -> str:
+        return self.definition.KEY
+
+
+@dataclass(frozen=True)
+class Domain(Generic[P]):
+    """One business domain. ``processes`` builds one process per channel, named by it.
+
+    ``api`` names the module holding its routers: it exports ``COMMAND_ROUTERS`` (scope
+    "commands") and ``QUERY_ROUTERS`` (scope "read"), tuples of FastAPI routers. ``demo``
+    names the module whose ``story`` coroutine ``sagaline demo`` runs (``sagaline.demo``).
+    """
+
+    name: str
+    contracts: tuple[ModuleType, ...]
+    channels: tuple[ProcessChannel, ...]
+    processes: Callable[[P], Sequence[Process[Any]]]
+    read_models: tuple[ReadModel[Any], ...] = ()
+    saga_types: tuple[SagaType, ...] = ()
+    api: str | None = None
+    demo: str | None = None
+
+    def __post_init__(self) -> None:
+        for saga in self.saga_types:
+            if saga.model not in self.read_models:
+                raise ValueError(
+                    f"domain {self.name!r}: saga type {saga.entity_type!r} shows its status in "
+                    f"read model {saga.model.name!r}, which the domain does not declare"
+                )
+        check_domains((self,))
+
+    def build(self, settings: P) -> list[Process[Any]]:
+        """Its processes, one per channel, each named by its channel."""
+        built = list(self.processes(settings))
+        for process in built:
+            channel = next((c for c in self.channels if c.name == process.name), None)
+            if channel is None or not isinstance(process, channel.definition):
+                raise ValueError(
+                    f"domain {self.name!r} built a {type(process).__name__} named "
+                    f"{process.name!r}, which none of its channels declares"
+                )
+        if sorted(p.name for p in built) != sorted(c.name for c in self.channels):
+            raise ValueError(
+                f"domain {self.name!r} built processes {[p.name for p in built]} for its "
+                f"channels {[c.name for c in self.channels]}: one for each"
+            )
+        return built
+
+    @property
+    def entity_types(self) -> frozenset[str]:
+        """The entity types its read models and saga types are about."""
+        models = (m.entity_type for m in self.read_models)
+        return frozenset((*models, *(s.entity_type for s in self.saga_types)))
+
+
+def check_domains(
+    domains: Sequence[Domain[Any]], processes: Mapping[str, Sequence[Process[Any]]] = {}
+) -> None:
+    """Refuse two declarations of one domain, channel, read model, saga type or contract
+    module, and an entity type claimed by two domains (by their declarations, or by the
+    ``processes`` built for each domain, by domain name)."""
+    named: dict[str, Callable[[Domain[Any]], Iterable[str]]] = {
+        "domain": lambda d: (d.name,),
+        "channel": lambda d: (c.name for c in d.channels),
+        "read model": lambda d: (m.name for m in d.read_models),
+        "read model of entity type": lambda d: (m.entity_type for m in d.read_models),
+        "saga type": lambda d: (s.entity_type for s in d.saga_types),
+        "contract module": lambda d: (m.__name__ for m in d.contracts),
+        # One domain's processes may share an entity type (the legacy correlator's stages).
+        "entity type": lambda d: (
+            d.entity_types | {p.entity_type for p in processes.get(d.name, ())}
+        ),
+    }
+    for what, names in named.items():
+        _once(what, [(name, d.name) for d in domains for name in names(d)])
+
+
+def _once(what: str, claims: list[tuple[str, str]]) -> None:
+    for name, times in Counter(name for name, _ in claims).items():
+        if times > 1:
+            by = sorted({domain for claimed, domain in claims if claimed == name})
+            raise ValueError(
+                f"{what} {name!r} is declared {times} times (domain {', '.join(by)}): "
+                "each is declared once, by one domain"
+            )
