@@ -60,12 +60,13 @@ def c_extensions() -> str:
     runs the same one, with the same environment): without them both fall back to pure
     Python record codecs and stream iterators."""
     import aiokafka.util
-    import faust.streams
     from aiokafka.record import default_records
+
+    from services.worker.faust_seam import compiled_stream_iterator
 
     builder = default_records.DefaultRecordBatchBuilder.__module__
     aiokafka_c = not aiokafka.util.NO_EXTENSIONS and "_crecords" in builder
-    faust_c = faust.streams._CStreamIterator is not None
+    faust_c = compiled_stream_iterator()
     return (
         f"aiokafka C records {'yes' if aiokafka_c else 'NO'} ({builder}), "
         f"faust Cython stream iterator {'yes' if faust_c else 'NO'}"

@@ -23,14 +23,11 @@ from rocksdict import AccessType, Options, Rdict
 from faults.topics import read_topic
 from sagas.machinery.history import is_chunk_key
 from sagas.machinery.record import Record
+from services.worker.faust_seam import PERSISTED_OFFSET_KEY
 
 WORKER_OWN = "\x00"
 """How every key the worker keeps beside the records starts (input positions, deadline
 index entries): no envelope key can."""
-
-PERSISTED_OFFSET_KEY = b"__faust\x00offset__"
-"""Where Faust's RocksDB store keeps the last changelog offset it holds
-(``Store.offset_key`` in faust/stores/rocksdb.py)."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from services.worker.faust_seam import close_with_stream, enable_passive, remove_processor
+
 # Loop turns to wait for an event that left the stream's queue but has not reached the
 # buffer yet (Faust's stream sleeps once per event before its processors run).
 _IN_FLIGHT_TURNS = 2
@@ -32,9 +34,9 @@ def take_queued(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[li
     """Yield lists of up to ``max_`` events of ``stream``: every event queued when the first
     arrives, or that arrives within ``linger`` seconds of it."""
     generator = _take_queued(stream, max_, linger)
-    # What Faust's @_tracks_buffer_agen does for take_events: the stream closes a generator
-    # left behind when it stops, so the finally below (acks back on) runs deterministically.
-    stream._active_agens.add(generator)
+    # The stream closes a generator left behind when it stops, so the finally below (acks
+    # back on) runs deterministically.
+    close_with_stream(stream, generator)
     return generator
 
 
@@ -77,7 +79,7 @@ async def _take_queued(self: Any, max_: int, linger: float) -> AsyncGenerator[li
 
     self.enable_acks = False
     self.add_processor(add_to_batch)
-    self._enable_passive(self.channel)
+    enable_passive(self)
     try:
         while not self.should_stop:
             if (await self.wait_for_stopped(has_events)) or not events:
@@ -104,4 +106,4 @@ async def _take_queued(self: Any, max_: int, linger: float) -> AsyncGenerator[li
                 drained.set()
     finally:
         self.enable_acks = restore_acks
-        self._processors.remove(add_to_batch)
+        remove_processor(self, add_to_batch)

@@ -7,12 +7,12 @@ closes). The handlers below arm the watchdog first, then do what mode does.
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 import faust
 
 from runtime.shutdown import Watchdog
+from services.worker.faust_seam import SignalHookedWorker
 
 UNDONE = (
     "exiting without a final offset commit (broker unreachable?) — nothing is lost: "
@@ -20,18 +20,13 @@ UNDONE = (
 )
 
 
-class BoundedWorker(faust.Worker):
+class BoundedWorker(SignalHookedWorker):
     def __init__(self, app: faust.App, *, grace_s: float, **kwargs: Any) -> None:
         self.watchdog = Watchdog("worker", grace_s, UNDONE)
         super().__init__(app, **kwargs)
 
-    def _on_sigterm(self) -> None:
-        self.watchdog.arm(signal.SIGTERM)
-        super()._on_sigterm()
-
-    def _on_sigint(self) -> None:
-        self.watchdog.arm(signal.SIGINT)
-        super()._on_sigint()
+    def before_signal(self, signum: int) -> None:
+        self.watchdog.arm(signum)
 
     async def stop(self) -> None:
         # Any stop is bounded, not only a signal's: after Faust's fetcher crashed (aiokafka's

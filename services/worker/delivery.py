@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from faust.transport.consumer import Consumer
-from mode.services import WaitResults
-
-_faust_wait_first = Consumer.wait_first
+from services.worker.faust_seam import (
+    FAUST_WAIT_FIRST,
+    DrainResults,
+    is_drain_flow_wait,
+    replace_consumer_wait_first,
+)
 
 
 async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
@@ -34,29 +36,16 @@ async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
     if (
         len(coros) == 2
         and timeout is None
-        and _is_flow_wait(self, coros[1])
+        and is_drain_flow_wait(self, coros[1])
         and not self.suspend_flow.is_set()
         and isinstance(coros[0], Coroutine)
     ):
         coros[1].close()  # never started: nothing to cancel
         result = await coros[0]
-        return WaitResults([coros[0]], [result], False)
-    return await _faust_wait_first(self, *coros, timeout=timeout)
-
-
-def _is_flow_wait(consumer: Any, waitable: Any) -> bool:
-    """Whether ``waitable`` is a not yet started ``consumer.suspend_flow.wait()``: the
-    drain loop's call, the only one this module changes."""
-    frame = getattr(waitable, "cr_frame", None)
-    suspend_flow = getattr(consumer, "suspend_flow", None)
-    return (
-        frame is not None
-        and suspend_flow is not None
-        and getattr(waitable, "cr_code", None) is getattr(suspend_flow.wait, "__code__", None)
-        and frame.f_locals.get("self") is suspend_flow
-    )
+        return DrainResults([coros[0]], [result], False)
+    return await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)
 
 
 def install() -> None:
     """Patch Faust's consumer class (idempotent; every Faust app of the process)."""
-    Consumer.wait_first = _deliver_first  # type: ignore[method-assign]
+    replace_consumer_wait_first(_deliver_first)

@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from services.worker.faust_seam import open_partition_dbs
+
 ROCKSDB_PROPERTIES = {
     "memtables": "rocksdb.cur-size-all-mem-tables",
     "table_readers": "rocksdb.estimate-table-readers-mem",
@@ -67,12 +69,11 @@ def rocksdb_memory(dbs: Iterable[PropertyDB]) -> dict[str, int]:
 
 def open_rocksdbs(tables: Iterable[Any]) -> list[PropertyDB]:
     """The databases Faust has open for ``tables`` (one per assigned partition). Empty for a
-    table on another store (``memory://``): only Faust's RocksDB store keeps ``_dbs``."""
+    table on another store (``memory://``)."""
     dbs: list[PropertyDB] = []
     for table in tables:
-        opened = getattr(table.data, "_dbs", None)  # faust.stores.rocksdb.Store
-        if opened:
-            dbs.extend(db for db in list(opened.values()) if hasattr(db, "property_int_value"))
+        opened = open_partition_dbs(table.data)
+        dbs.extend(db for db in list(opened.values()) if hasattr(db, "property_int_value"))
     return dbs
 
 

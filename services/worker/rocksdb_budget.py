@@ -31,10 +31,11 @@ from typing import Any
 
 import rocksdict
 from faust.exceptions import ImproperlyConfigured
-from faust.stores import STORES
 from faust.stores.rocksdb import RocksDBOptions, Store
 from faust.types import AppT, CollectionT
 from yarl import URL
+
+from services.worker.faust_seam import register_store, uses_rocksdict
 
 STORE_SCHEME = "sagaline-rocksdb"
 BUDGET_OPTION = "memory_budget"
@@ -121,9 +122,9 @@ class BudgetedStore(Store):
         budget = rest.pop(BUDGET_OPTION, None)
         if not isinstance(budget, MemoryBudget):
             raise ImproperlyConfigured(f"{STORE_SCHEME} needs options[{BUDGET_OPTION!r}]")
-        if not self.use_rocksdict:
+        if not uses_rocksdict(self):
             raise ImproperlyConfigured(f"{STORE_SCHEME} runs on rocksdict only")
         self.rocksdb_options = BudgetedRocksDBOptions(budget, **rest, use_rocksdict=True)
 
 
-STORES.aliases[STORE_SCHEME] = f"{__name__}:{BudgetedStore.__name__}"
+register_store(STORE_SCHEME, f"{__name__}:{BudgetedStore.__name__}")

@@ -32,16 +32,13 @@ from rocksdict import AccessType, Options, Rdict
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import CHANGELOG_CONFIG
+from services.worker.faust_seam import PERSISTED_OFFSET_KEY
 
 log = logging.getLogger(__name__)
 
 MAX_AGE = timedelta(milliseconds=int(CHANGELOG_CONFIG["delete.retention.ms"])) - timedelta(hours=1)
 """How old a store's last applied record may be: the changelogs' tombstone retention, less an
 hour for the clocks of the worker that wrote it and of this one."""
-
-PERSISTED_OFFSET_KEY = b"__faust\x00offset__"
-"""Where Faust's RocksDB store keeps the last changelog offset it applied
-(``Store.offset_key`` in faust/stores/rocksdb.py)."""
 
 
 @dataclass(frozen=True)

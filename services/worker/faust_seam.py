@@ -1,0 +1,264 @@
+"""Every reach into Faust's internals, in one module, behind a version guard.
+
+The worker leans on parts of faust-streaming (and of mode and aiokafka as Faust drives them)
+that are not its documented API: private attributes, the shape of its internal calls, its
+on-disk layout. Each is one small function or name here, with what it relies on and why, and
+every other module calls it from here. Upgrading Faust means re-reading this module against
+the new version, then widening :data:`TESTED_FAUST`; the worker refuses to start on a
+version outside it (:func:`require_tested_faust`, run when this module is imported, before
+anything of Faust's is touched, and again by ``create_app``).
+"""
+
+from __future__ import annotations
+
+import signal
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from importlib.metadata import version
+from types import SimpleNamespace
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+TESTED_FAUST = SpecifierSet(">=0.15.3,<0.16")
+"""The faust-streaming versions every function below was checked against."""
+
+
+class UntestedFaust(RuntimeError):
+    """The installed faust-streaming is outside :data:`TESTED_FAUST`."""
+
+
+def installed_faust_version() -> str:
+    return version("faust-streaming")
+
+
+def require_tested_faust() -> None:
+    """Refuse to go on with a faust-streaming this module was not checked against: a changed
+    internal would fail at run time in ways no test here has seen (a store ahead of its
+    changelog, a seek that never takes), not at start."""
+    installed = installed_faust_version()
+    if installed not in TESTED_FAUST:
+        raise UntestedFaust(
+            f"faust-streaming {installed} is installed, but the worker reaches into Faust "
+            f"internals tested only with faust-streaming {TESTED_FAUST}: install a tested "
+            f"version (pip install 'faust-streaming[rocksdict]{TESTED_FAUST}') or re-check "
+            "services/worker/faust_seam.py against it and widen TESTED_FAUST."
+        )
+
+
+require_tested_faust()
+
+# Faust is imported only once its version is known to be one these internals exist in.
+import faust  # noqa: E402
+import faust.streams  # noqa: E402
+from faust.stores import STORES  # noqa: E402
+from faust.stores.memory import Store as MemoryStore  # noqa: E402
+from faust.stores.rocksdb import Store as RocksDBStore  # noqa: E402
+from faust.streams import _current_event  # noqa: E402
+from faust.transport.consumer import Consumer  # noqa: E402
+from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
+from faust.types import TP  # noqa: E402
+from mode.services import WaitResults  # noqa: E402
+
+# --- the producer ---------------------------------------------------------------------------
+
+
+def _idempotent_settings(self: Any) -> dict[str, Any]:
+    return {"acks": "all", "enable_idempotence": True}
+
+
+def make_producers_idempotent() -> None:
+    """Faust's aiokafka producer takes extra settings from ``Producer._settings_extra``,
+    which enables idempotence only inside transactions; we want it always, so a producer
+    retry can neither duplicate nor reorder records of one partition (every app of the
+    process)."""
+    faust_aiokafka.Producer._settings_extra = _idempotent_settings  # type: ignore[method-assign]
+
+
+async def send_record(
+    app: faust.App, topic: str, key: bytes, value: bytes | None, partition: int | None
+) -> Awaitable[Any]:
+    """Queue a record on the app's producer; the result is its delivery future. Faust's
+    low-level ``producer.send(topic, key, value, partition, timestamp, headers)``: raw bytes
+    to one partition, without a Faust topic's codecs or its per-send bookkeeping."""
+    future: Awaitable[Any] = await app.producer.send(topic, key, value, partition, None, None)
+    return future
+
+
+# --- the consumer ---------------------------------------------------------------------------
+
+
+async def seek_and_wait(app: faust.App, tp: TP, offset: int) -> None:
+    """``Consumer.seek_wait`` (undocumented): runs aiokafka's seek on the consumer's own
+    thread and waits for the position. Faust's ``seek`` calls it from this thread while
+    aiokafka's loop runs in the consumer thread, mid-fetch most of the time; once in a CI run
+    a seek back over a gap never took (RELIABILITY.md)."""
+    await app.consumer.seek_wait({tp: offset})
+
+
+def after_seek_to_committed(app: faust.App, then: Callable[[], Awaitable[None]]) -> None:
+    """Run ``then`` each time Faust has sought the assigned partitions to their committed
+    offsets: after every assignment, once the tables are recovered, Faust calls its
+    consumer's ``perform_seek``; the instance's method is replaced by one that calls Faust's
+    and then ``then``."""
+    consumer = app.consumer
+    seek_to_committed = consumer.perform_seek
+
+    async def perform_seek() -> None:
+        await seek_to_committed()
+        await then()
+
+    consumer.perform_seek = perform_seek  # type: ignore[method-assign]
+
+
+def changing_hands(app: faust.App) -> bool:
+    """Whether partitions are moving (``app.rebalancing``) or tables recovering
+    (``app.in_recovery``): Faust's own flags, set by its rebalance and recovery services."""
+    return bool(app.rebalancing or app.in_recovery)
+
+
+FAUST_WAIT_FIRST = Consumer.wait_first
+"""Faust's (mode's) ``Service.wait_first``, as the consumer had it before
+:func:`replace_consumer_wait_first`."""
+
+DrainResults = WaitResults
+"""What ``wait_first`` returns (mode's ``WaitResults``), which Faust's drain loop reads."""
+
+
+def is_drain_flow_wait(consumer: Any, waitable: Any) -> bool:
+    """Whether ``waitable`` is a not yet started ``consumer.suspend_flow.wait()``. Faust's
+    ``Consumer._drain_messages`` hands each record over with ``wait_first(callback(message),
+    self.suspend_flow.wait())``: recognised by the coroutine's code object and its ``self``,
+    so no other call of ``wait_first`` is taken for it."""
+    frame = getattr(waitable, "cr_frame", None)
+    suspend_flow = getattr(consumer, "suspend_flow", None)
+    return (
+        frame is not None
+        and suspend_flow is not None
+        and getattr(waitable, "cr_code", None) is getattr(suspend_flow.wait, "__code__", None)
+        and frame.f_locals.get("self") is suspend_flow
+    )
+
+
+def replace_consumer_wait_first(wait_first: Callable[..., Awaitable[Any]]) -> None:
+    """Put ``wait_first`` on Faust's ``Consumer`` class (every Faust app of the process)."""
+    Consumer.wait_first = wait_first  # type: ignore[method-assign, assignment]
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+def close_with_stream(stream: Any, generator: Any) -> None:
+    """What Faust's ``@_tracks_buffer_agen`` does for ``take_events``: the stream closes the
+    generators in its ``_active_agens`` when it stops, so their ``finally`` runs."""
+    stream._active_agens.add(generator)
+
+
+def enable_passive(stream: Any) -> None:
+    """``Stream._enable_passive``: subscribe the stream's channel without an ``async for``
+    over the stream, as Faust's ``take_events`` does before it waits for its buffer."""
+    stream._enable_passive(stream.channel)
+
+
+def remove_processor(stream: Any, processor: Callable[..., Any]) -> None:
+    """Take back a processor added with ``add_processor`` (Faust has no public remove: its
+    ``take_events`` removes from ``_processors`` the same way)."""
+    stream._processors.remove(processor)
+
+
+def compiled_stream_iterator() -> bool:
+    """Whether Faust's Cython stream iterator loaded (``faust.streams._CStreamIterator``)."""
+    return getattr(faust.streams, "_CStreamIterator", None) is not None
+
+
+# --- table stores ---------------------------------------------------------------------------
+
+
+class _PartitionOrigin:
+    """Stands in for an event of ``partition``: Faust's stores pick the partition from it."""
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(partition=partition)
+
+
+@contextmanager
+def in_partition(partition: int) -> Iterator[None]:
+    """Faust's stores take the partition of a key from the current event (the private
+    context variable ``faust.streams._current_event``, a weak reference to the event): make
+    it one of ``partition``."""
+    origin = _PartitionOrigin(partition)
+    token = _current_event.set(weakref.ref(origin))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+PERSISTED_OFFSET_KEY: bytes = RocksDBStore.offset_key
+"""Where Faust's RocksDB store keeps, in each partition's database, the last changelog offset
+it holds (``Store.offset_key``): read by tools that judge a store from its files."""
+
+
+def is_memory_store(store: Any) -> bool:
+    return isinstance(store, MemoryStore)
+
+
+def is_rocksdict_store(store: Any) -> bool:
+    """Faust's RocksDB store on rocksdict (``use_rocksdict``), whose per-partition databases
+    the functions below reach."""
+    return isinstance(store, RocksDBStore) and bool(store.use_rocksdict)
+
+
+def uses_rocksdict(store: Any) -> bool:
+    return bool(store.use_rocksdict)
+
+
+def open_partition_dbs(store: Any) -> Mapping[int, Any]:
+    """The databases Faust's RocksDB store has open, by partition (``Store._dbs``: those of
+    the partitions this worker holds). Empty for any other store."""
+    opened: Mapping[int, Any] | None = getattr(store, "_dbs", None)
+    return opened or {}
+
+
+def partition_db(store: Any, partition: int) -> Any:
+    """The database of ``partition``, opened if it is not yet (``Store._db_for_partition``):
+    written directly with a write batch, as Faust's recovery applies its changelog."""
+    return store._db_for_partition(partition)
+
+
+def register_store(scheme: str, path: str) -> None:
+    """Make ``<scheme>:`` store URLs open the store class at ``path`` (``module:Class``):
+    Faust resolves a table's store URL by its scheme in ``faust.stores.STORES.aliases``."""
+    STORES.aliases[scheme] = path
+
+
+# --- the worker and its web server ----------------------------------------------------------
+
+
+def drop_faust_views(app: faust.App) -> None:
+    """Drop what Faust would still mount with its views' settings off: its "production
+    index" at / (no setting turns it off), and any view a later Faust adds by default. Its
+    web blueprints wait, until the server starts, in ``BlueprintManager._enabled``."""
+    blueprints = app.web.blueprints
+    blueprints._enabled = [
+        (prefix, bp)
+        for prefix, bp in blueprints._enabled
+        if not (isinstance(bp, str) and bp.startswith("faust."))
+    ]
+
+
+class SignalHookedWorker(faust.Worker):
+    """Faust's worker, calling :meth:`before_signal` first when SIGTERM or SIGINT arrives:
+    mode's ``Worker`` installs ``_on_sigterm`` and ``_on_sigint`` as the loop's handlers."""
+
+    def before_signal(self, signum: int) -> None:
+        """Override: what to do before mode stops the worker."""
+
+    def _on_sigterm(self) -> None:
+        self.before_signal(signal.SIGTERM)
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self.before_signal(signal.SIGINT)
+        super()._on_sigint()
