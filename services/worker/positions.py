@@ -6,7 +6,7 @@ and read-offset gaps has a record of moving past records nobody processed. So th
 keeps, per input partition, the next offset it must process, and stores it in the
 process's table *after* the batch's states (same table partition, same changelog
 partition, changelog before the local store: whoever recovers the position also recovers
-every state it covers; see ``FaustTable`` in :mod:`services.worker.faust_app`).
+every state it covers; see ``FaustTable`` in :mod:`services.worker.faust_table`).
 
 :class:`InputPositions` decides, record by record, what to do with what the consumer
 delivers:

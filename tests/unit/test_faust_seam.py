@@ -1,0 +1,46 @@
+"""The worker runs only on a faust-streaming its Faust internals were checked against
+(services/worker/faust_seam.py), and says so in a sentence when it will not."""
+
+from pathlib import Path
+
+import pytest
+
+from runtime.settings import Settings
+from sagas.participants.ledger import CapacityLedger
+from services.worker import faust_seam
+from services.worker.faust_app import create_app
+from services.worker.faust_seam import TESTED_FAUST, UntestedFaust, require_tested_faust
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("untested", ["0.15.2", "0.16.0", "1.0.0"])
+def test_an_untested_faust_is_refused_with_a_sentence_saying_what_to_do(
+    untested: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(faust_seam, "installed_faust_version", lambda: untested)
+    with pytest.raises(UntestedFaust) as refused:
+        require_tested_faust()
+    assert str(refused.value) == (
+        f"faust-streaming {untested} is installed, but the worker reaches into Faust internals "
+        "tested only with faust-streaming <0.16,>=0.15.3: install a tested version "
+        "(pip install 'faust-streaming[rocksdict]<0.16,>=0.15.3') or re-check "
+        "services/worker/faust_seam.py against it and widen TESTED_FAUST."
+    )
+
+
+def test_the_worker_is_not_assembled_on_an_untested_faust(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(faust_seam, "installed_faust_version", lambda: "0.16.0")
+    with pytest.raises(UntestedFaust, match=r"^faust-streaming 0\.16\.0 is installed"):
+        create_app(Settings(data_dir=tmp_path, store="memory"), [])
+
+
+def test_the_installed_faust_is_tested_and_the_worker_is_assembled_on_it(tmp_path: Path) -> None:
+    assert faust_seam.installed_faust_version() in TESTED_FAUST
+    settings = Settings(data_dir=tmp_path, store="memory")
+    app, [runner] = create_app(settings, [CapacityLedger(name="inventory", entity_type="product")])
+    assert runner.name == "inventory"
+    topics = {topic for agent in app.agents.values() for topic in agent.channel.topics}
+    assert settings.topic("inventory") in topics
