@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sagas.contracts.ledger import MAX_UNITS
+from sagas.machinery.legs import Port
 from sagas.messages import Message, Summary
 
 ENTITY_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
@@ -361,3 +362,26 @@ class CommandRefused(Message):
     command: Literal["drop", "transfer"]
     status: str
     reason: str
+
+
+SEATS = Port(
+    held=SeatHeld,
+    also=(Waitlisted, WaitlistMoved),
+    refused=SeatRefused,
+    confirmed=SeatConfirmed,
+    confirm_refused=SeatConfirmRefused,
+    released=SeatReleased,
+    confirm=lambda rid: ConfirmSeat(reservation_id=rid),
+    release=lambda rid: ReleaseSeat(reservation_id=rid),
+)
+"""A course's seats as a saga reserves them (sagas/machinery/legs.py)."""
+CREDITS = Port(
+    held=CreditsHeld,
+    refused=CreditsRefused,
+    confirmed=CreditsConfirmed,
+    confirm_refused=CreditsConfirmRefused,
+    released=CreditsReleased,
+    confirm=lambda rid: ConfirmCredits(reservation_id=rid),
+    release=lambda rid: ReleaseCredits(reservation_id=rid),
+)
+"""A student's credits as a saga reserves them (sagas/machinery/legs.py)."""

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from sagas.machinery.legs import Port
 from sagas.messages import Message, Summary
 
 MAX_UNITS = 2**31 - 1
@@ -106,3 +107,15 @@ class Released(LedgerFact):
     reservation_id: str
     quantity: int
     reason: Literal["cancelled", "expired", "refunded"]
+
+
+PORT = Port(
+    held=Reserved,
+    refused=ReservationRejected,
+    confirmed=Confirmed,
+    confirm_refused=ConfirmRefused,  # also the answer to a repeated or unknown reservation
+    released=Released,
+    confirm=lambda rid: Confirm(reservation_id=rid),
+    release=lambda rid: Cancel(reservation_id=rid),
+)
+"""The ledger as a saga reserves from it (sagas/machinery/legs.py)."""

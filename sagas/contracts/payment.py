@@ -4,6 +4,7 @@ from decimal import Decimal
 
 from pydantic import Field
 
+from sagas.machinery.legs import Port
 from sagas.messages import Message, Summary
 
 
@@ -57,3 +58,15 @@ class Voided(Message):
     )
     amount: Decimal
     refunded: bool
+
+
+PORT = Port(
+    held=Authorized,
+    refused=Declined,
+    confirmed=Captured,
+    confirm_refused=CaptureRefused,
+    released=Voided,
+    confirm=lambda _: Capture(),  # one payment per saga: keyed by the saga id, no reservation id
+    release=lambda _: Void(),
+)
+"""The payment as a saga reserves from it (sagas/machinery/legs.py)."""
