@@ -1,11 +1,12 @@
 """How a read model and a saga's statuses are declared: once, in the pure core.
 
 A :class:`ReadModel` says everything the read side needs to know about one model: its name
-(the SQL table), the entity type whose events it folds, its row type and its fold, the
-column holding the entity id (its key), and each column's SQL shape. Each column also
-says, declaratively, how its value follows from the entity's events (:data:`Value`): that
-is the model's *native twin*, which the Spark rebuild computes in bulk while the online
-projector runs the fold event by event; the Spark/online equality test compares the two.
+(the SQL table), the entity type whose events it folds, its row type, the column holding
+the entity id (its key), and each column's SQL shape. Each column also says,
+declaratively, how its value follows from the entity's events (:data:`Value`): that is the
+model's one spec, which the Spark rebuild computes in bulk (its *native twin*) and
+:mod:`sagas.projections.fold` event by event (the model's ``fold``, which the online
+projector runs); the Spark/online equality test compares the two interpreters.
 The same column declarations give the column-fit checks (an event whose value would not
 fit a column is dead-lettered, not written), the SQLAlchemy table and the row codec. No
 component names a particular model: they all iterate over :mod:`sagas.catalog`.
@@ -18,7 +19,7 @@ order. No database, no Spark, no clock here: only data that others interpret.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -134,6 +135,10 @@ class Index:
     descending: frozenset[str] = frozenset()
 
 
+def _not_given(row: Any, event: Envelope) -> Any:
+    raise AssertionError("replaced by the derived fold in __post_init__")
+
+
 @dataclass(frozen=True)
 class ReadModel(Generic[R]):
     name: str
@@ -141,8 +146,6 @@ class ReadModel(Generic[R]):
     entity_type: str
     """The entity whose events it folds (the part of the key before the first colon)."""
     row_type: type[R]
-    fold: Callable[[R | None, Envelope], R | None]
-    """``(row or None, event) -> row or None``, one event at a time, in sequence order."""
     key: str
     """The column holding the entity id: the table's primary key."""
     starts: type[Message]
@@ -150,6 +153,12 @@ class ReadModel(Generic[R]):
     columns: tuple[Column, ...]
     indexes: tuple[Index, ...] = ()
     comment: str | None = None
+    fold: Callable[[R | None, Envelope], R | None] = field(
+        default=_not_given, repr=False, compare=False
+    )
+    """``(row or None, event) -> row or None``, one event at a time, in sequence order:
+    derived from the columns (:func:`sagas.projections.fold.derive`) unless given (the
+    hand-written folds, while the models move to derived ones)."""
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
@@ -162,6 +171,12 @@ class ReadModel(Generic[R]):
             )
         if self.key not in names:
             raise ValueError(f"read model {self.name}: key {self.key!r} is not a column")
+        # fold.py interprets the values declared here, so it is imported once they are.
+        from sagas.projections.fold import derive
+
+        derived = derive(self)
+        if self.fold is _not_given:
+            object.__setattr__(self, "fold", derived)
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
