@@ -1,30 +1,125 @@
-"""Apply the Alembic migrations in ``migrations/`` without an ``alembic.ini``."""
+"""Apply and write the Alembic migrations in ``migrations/`` without an ``alembic.ini``.
+
+``migrations/env.py`` imports nothing of Sagaline's: this module opens its connection and,
+for a new revision, hands it the declared metadata. The import goes one way only,
+readside -> migrations.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, inspect
+from alembic.operations.ops import MigrationScript
+from alembic.script import Script, ScriptDirectory
+from sqlalchemy import Engine, MetaData, inspect
 
 import migrations
+from readside.engine import create_read_engine
 
 HEAD = "head"
+SCRIPTS = Path(migrations.__file__).parent
+"""The migrations: ``env.py``, the revision template and ``versions/``."""
 
 
-def alembic_config(database_url: str) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    # ConfigParser would read "%" in a password as interpolation.
-    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
-    return config
-
-
-def upgrade(database_url: str, revision: str = HEAD) -> None:
-    command.upgrade(alembic_config(database_url), revision)
+def upgrade(database_url: str, revision: str = HEAD, scripts: Path = SCRIPTS) -> None:
+    engine = create_read_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            config = _config(scripts)
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+    finally:
+        engine.dispose()
 
 
 def is_migrated(engine: Engine) -> bool:
     """True when the schema exists (the API and the projector refuse to run without it)."""
     return inspect(engine).has_table("projection_checkpoints")
+
+
+@dataclass(frozen=True)
+class Revision:
+    path: Path | None
+    """The migration written; None when the migrations already create the declared schema
+    (then nothing is written: an empty migration would only lengthen the chain)."""
+    undeclared: tuple[str, ...]
+    """Tables the migrations create that no declaration holds: left alone, never dropped."""
+
+
+def revision(message: str, declared: Sequence[MetaData], scripts: Path = SCRIPTS) -> Revision:
+    """Write the migration that takes the schema the migrations create to ``declared``.
+
+    The migrations run on a scratch SQLite database, which Alembic's autogenerate compares
+    with ``declared``: no running database is needed, and the revision holds exactly what
+    the migrations lack. It never drops a table: one the migrations create and ``declared``
+    lacks is reported in :attr:`Revision.undeclared` instead (a partial ``declared``, such
+    as the read models without the Spark rebuild's tables, then costs nothing). SQLite
+    keeps no comments, so a changed comment on an existing table is not noticed.
+    """
+    undeclared: list[str] = []
+
+    def keep(_object: Any, name: str | None, kind: str, reflected: bool, twin: Any) -> bool:
+        if kind == "table" and reflected and twin is None:
+            undeclared.append(str(name))
+            return False
+        return True
+
+    def unless_empty(_context: Any, _revision: Any, directives: list[MigrationScript]) -> None:
+        ops = directives[0].upgrade_ops
+        if ops is None or ops.is_empty():
+            directives.clear()
+
+    config = _config(scripts)
+    _tidy_with_ruff(config)
+    with tempfile.TemporaryDirectory() as scratch:
+        engine = create_read_engine(f"sqlite:///{Path(scratch) / 'head.db'}")
+        try:
+            with engine.connect() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, HEAD)
+                config.attributes["options"] = {
+                    "target_metadata": list(declared),
+                    "include_object": keep,
+                    "process_revision_directives": unless_empty,
+                }
+                written = command.revision(
+                    config, message, autogenerate=True, rev_id=_next_id(scripts)
+                )
+        finally:
+            engine.dispose()
+    path = Path(written.path) if isinstance(written, Script) else None
+    return Revision(path, tuple(undeclared))
+
+
+def _config(scripts: Path) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(scripts))
+    return config
+
+
+def _next_id(scripts: Path) -> str | None:
+    """The migrations are numbered (0001, 0002...): the number after the head's."""
+    heads = ScriptDirectory(str(scripts)).get_heads()
+    if len(heads) == 1 and heads[0].isdigit():
+        return f"{int(heads[0]) + 1:0{len(heads[0])}d}"
+    return None  # Alembic's own random id
+
+
+def _tidy_with_ruff(config: Config) -> None:
+    """Autogenerate's text passes ``make lint`` once ruff (a dev dependency, absent from a
+    production install, where the hooks are skipped) has fixed and formatted it."""
+    if importlib.util.find_spec("ruff") is None:
+        return
+    section = "post_write_hooks"
+    config.set_section_option(section, "hooks", "fix, format")
+    for hook, args in (("fix", "check --fix --quiet"), ("format", "format --quiet")):
+        config.set_section_option(section, f"{hook}.type", "module")
+        config.set_section_option(section, f"{hook}.module", "ruff")
+        config.set_section_option(section, f"{hook}.options", f"{args} REVISION_SCRIPT_FILENAME")

@@ -164,6 +164,29 @@ def db_upgrade(revision: str) -> None:
     click.echo(f"read-model database at {masked_url(settings.database_url)} is at {revision}")
 
 
+@db.command("revision")
+@click.option("-m", "--message", required=True, help="What it changes (its file name's slug)")
+def db_revision(message: str) -> None:
+    """Write the next migration into migrations/versions/ and print its path: Alembic's
+    autogenerate against every declared table (the read models, the kernel's, the Spark
+    rebuild's), run on a scratch database, no server needed. It never drops a table; when
+    the migrations already create everything declared it writes nothing and says so."""
+    from readside.migrate import revision
+    from sagaline.schema import DECLARED
+
+    written = revision(message, DECLARED)
+    for table in written.undeclared:
+        click.echo(
+            f"left table {table} alone: the migrations create it and no declaration holds "
+            "it; write its drop by hand if that is meant",
+            err=True,
+        )
+    if written.path is None:
+        click.echo("nothing to do: the migrations already create the declared schema")
+    else:
+        click.echo(written.path)
+
+
 @main.command()
 @click.option("--url", default=None, help="Base URL of the API (default: from settings)")
 @click.option("--timeout", default=60.0, help="Seconds to wait for the outcomes")
