@@ -6,7 +6,6 @@ from datetime import datetime
 from decimal import Decimal
 
 from sagas.contracts import orders
-from sagas.messages import Envelope
 from sagas.projections.declare import (
     Column,
     Constant,
@@ -23,7 +22,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, entity_id
+from sagas.projections.rows import Row
 
 
 class OrderRow(Row):
@@ -39,41 +38,12 @@ class OrderRow(Row):
     last_sequence: int
 
 
-def apply_order(row: OrderRow | None, event: Envelope) -> OrderRow | None:
-    message = event.message()
-    seq = event.sequence or 0
-    if isinstance(message, orders.OrderPlaced):
-        return OrderRow(
-            order_id=entity_id(event),
-            customer_id=message.customer_id,
-            status="PENDING",
-            reason=None,
-            lines=message.lines,
-            total=message.total,
-            payment_method=message.payment_method,
-            created_at=event.occurred_at,
-            updated_at=event.occurred_at,
-            last_sequence=seq,
-        )
-    if row is None:
-        return None  # e.g. a cancel that overtook its order: no order to show
-    update: dict[str, object] = {"last_sequence": seq}
-    if isinstance(message, orders.OrderStatusChanged):
-        update |= {
-            "status": message.status,
-            "reason": message.reason,
-            "updated_at": event.occurred_at,
-        }
-    return row.model_copy(update=update)
-
-
 _PLACED, _CHANGED = orders.OrderPlaced, orders.OrderStatusChanged
 
 ORDERS: ReadModel[OrderRow] = ReadModel(
     name="orders",
     entity_type="order",
     row_type=OrderRow,
-    fold=apply_order,
     key="order_id",
     starts=_PLACED,
     columns=(
@@ -103,3 +73,6 @@ ORDERS: ReadModel[OrderRow] = ReadModel(
         Index("ix_orders_status_updated", ("status", "updated_at", "order_id")),
     ),
 )
+
+apply_order = ORDERS.fold
+"""Derived from the columns; components reach it as ``ORDERS.fold``."""
