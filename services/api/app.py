@@ -13,15 +13,15 @@ from fastapi.telemetry import TelemetryConfig
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
-import sagas.contracts  # noqa: F401  (registers every contract)
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from runtime.settings import Settings, get_settings
 from services import logsafe
-from services.api import auth, enrollments, orders, products, queries
+from services.api import auth, queries
 from services.api import metrics as api_metrics
 from services.api.body import BodyLimit, StrictJsonRoute
 from services.api.console import routes as console
+from services.api.domain_routes import domain_routers
 from services.api.errors import documented, install_error_handlers
 from services.api.fastpath import FastLane
 from services.api.freshness import ReadWatch, database_probe
@@ -45,17 +45,12 @@ keeps; pass a command's token to a query to read your own write. Every route but
 `commands`, `read`. Every error answer is `{"message", "detail"}`."""
 
 TAGS = [
-    {"name": "orders", "description": "Place and cancel orders; read one (its saga's status)"},
-    {"name": "customers", "description": "A customer's order history"},
-    {"name": "products", "description": "Stock: set units on hand, read what is available"},
-    {"name": "enrollments", "description": "Enroll, drop, transfer; read an enrollment"},
-    {"name": "courses", "description": "Create or change a course; its roster and waitlist"},
-    {"name": "students", "description": "Create or change a student; their credits"},
     {"name": "sagas", "description": "Every saga listed and counted; one saga's timeline"},
     {"name": "projections", "description": "The projector's progress: lag, held events"},
     {"name": "health", "description": "Liveness"},
 ]
-"""Every tag a route uses, declared once (Spectral's ``operation-tag-defined``)."""
+"""Every tag of the app's own routes, declared once (Spectral's ``operation-tag-defined``);
+each domain declares its routes' tags beside them (services.api.domain_routes)."""
 
 
 def create_api(
@@ -76,6 +71,7 @@ def create_api(
             yield
 
     logsafe.install()
+    routers = domain_routers()  # every domain's, through its declaration
     app = FastAPI(
         # FastAPI's own OpenTelemetry hooks: this API reports through Prometheus (/metrics);
         # off, a request skips the check for a configured provider (~5% of POST /orders).
@@ -87,7 +83,7 @@ def create_api(
         # Relative: the document describes the API wherever it is served (a proxy's
         # address, a port of SAGALINE_API_PORT); clients resolve it against the document's.
         servers=[{"url": "/", "description": "This API, where this document is served"}],
-        openapi_tags=TAGS,
+        openapi_tags=[*routers.tags, *TAGS],
         lifespan=lifespan,
     )
     app.router.route_class = StrictJsonRoute
@@ -97,7 +93,7 @@ def create_api(
     app.state.idempotency = Remembered(settings.api_idempotency_keys)
     app.state.prometheus = api_metrics.ApiPrometheus()
     install_error_handlers(app)
-    command_routers = (orders.router, products.router, *enrollments.COMMAND_ROUTERS)
+    command_routers = routers.commands
     # Inside the key gate (only admitted requests), the body limit (what it reads is
     # bounded) and the metrics (it is counted).
     app.add_middleware(FastLane, api=app, routers=command_routers)
@@ -115,7 +111,7 @@ def create_api(
     # Each router's scope is stated here, once (the gate and the document read it).
     for router in command_routers:
         auth.include(app, router, "commands", responses=every_route | keyed | limited)
-    for router in (*queries.ROUTERS, *enrollments.QUERY_ROUTERS):
+    for router in (*routers.queries, *queries.ROUTERS):
         auth.include(app, router, "read", responses=every_route | keyed)
     auth.include(app, api_metrics.router, "read")
     # Guarded by its own login cookie (a browser sends no header on navigation).

@@ -56,8 +56,14 @@ enrollment_commands, course_commands, student_commands, enrollments, courses, st
     APIRouter(prefix=f"/{name}", tags=[name], route_class=StrictJsonRoute)
     for name in ("enrollments", "courses", "students") * 2
 )
+# The enrollment domain's routers (its API module, named by sagas.domains.enrollment).
 COMMAND_ROUTERS = (enrollment_commands, course_commands, student_commands)
 QUERY_ROUTERS = (enrollments, courses, students)
+TAGS = (
+    {"name": "enrollments", "description": "Enroll, drop, transfer; read an enrollment"},
+    {"name": "courses", "description": "Create or change a course; its roster and waitlist"},
+    {"name": "students", "description": "Create or change a student; their credits"},
+)
 
 _ENROLLMENT_SAGA = saga_type(ENROLLMENTS.entity_type)
 CourseId = Annotated[str, Path(min_length=1, max_length=e.MAX_ID, pattern=ENTITY_ID)]

@@ -1,4 +1,5 @@
-"""Order commands: place and cancel."""
+"""Order commands: place and cancel; and the orders domain's routers (its API module,
+named by ``sagas.domains.orders``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.topics import ORDER_SAGA
 from sagas.contracts.orders import CancelOrder
 from sagas.ids import external_command_id
+from services.api import products, queries
 from services.api.body import StrictJsonRequest, StrictJsonRoute
 from services.api.commands import Accepted, accepted, dispatch
 from services.api.deps import BusDep, IdempotencyKey, claim
@@ -98,3 +100,14 @@ async def cancel_order(
         message_id=message_id,
     )
     return accepted(CancelAccepted, order_id=order_id, consistency_token=message_id)
+
+
+# The orders domain's routers: its commands (orders, stock) and its reads, which live with
+# the read side's shared dependencies in services.api.queries.
+COMMAND_ROUTERS = (router, products.router)
+QUERY_ROUTERS = (queries.orders, queries.customers, queries.products)
+TAGS = (
+    {"name": "orders", "description": "Place and cancel orders; read one (its saga's status)"},
+    {"name": "customers", "description": "A customer's order history"},
+    {"name": "products", "description": "Stock: set units on hand, read what is available"},
+)

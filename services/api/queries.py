@@ -240,7 +240,9 @@ products = APIRouter(prefix="/products", tags=["products"], route_class=StrictJs
 sagas = APIRouter(prefix="/sagas", tags=["sagas"], route_class=StrictJsonRoute)
 projections = APIRouter(prefix="/projections", tags=["projections"], route_class=StrictJsonRoute)
 overview = APIRouter(prefix="/overview", tags=["sagas"], route_class=StrictJsonRoute)
-ROUTERS = (orders, customers, products, sagas, projections, overview)
+ROUTERS = (sagas, projections, overview)
+"""The routes about every domain; a domain's own (orders, customers, products here) are
+included through its declaration (services.api.domain_routes)."""
 
 
 @orders.get("/{order_id}", response_model=OrderPublic, responses=ERRORS)
