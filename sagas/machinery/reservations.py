@@ -209,20 +209,29 @@ class Reservations(BaseModel, Generic[A]):
         zero = self.on_hand - self.on_hand
         return self._close(rid, "tombstone", zero, now, keep), Outcome(rid, "tombstone", zero)
 
+    def due(self, now: datetime) -> tuple[str, ...]:
+        """The holds whose TTL has passed at ``now``, the earliest first."""
+        expiring = {
+            rid: hold.expires_at
+            for rid, hold in self.holds.items()
+            if hold.expires_at is not None and hold.expires_at <= now
+        }
+        return tuple(sorted(expiring, key=expiring.__getitem__))
+
+    def lapse(self, rid: str, now: datetime, keep: Retention) -> tuple[Self, Outcome[A]]:
+        """Close ``rid``'s hold as expired (its TTL passed); anything else is answered as
+        before. :meth:`expire` does this for every hold :meth:`due`."""
+        if (hold := self.holds.get(rid)) is None:
+            return self, self.status(rid)
+        new = self._close(rid, "expired", hold.amount, now, keep)
+        return new, Outcome(rid, "expired", hold.amount, hold=hold)
+
     def expire(self, now: datetime, keep: Retention) -> tuple[Self, tuple[Outcome[A], ...]]:
         """Close every hold whose TTL has passed at ``now``, the earliest first."""
-        due = sorted(
-            (
-                (rid, hold)
-                for rid, hold in self.holds.items()
-                if hold.expires_at is not None and hold.expires_at <= now
-            ),
-            key=lambda item: item[1].expires_at or now,
-        )
         new, outcomes = self, []
-        for rid, hold in due:
-            new = new._close(rid, "expired", hold.amount, now, keep)
-            outcomes.append(Outcome(rid, "expired", hold.amount, hold=hold))
+        for rid in self.due(now):
+            new, outcome = new.lapse(rid, now, keep)
+            outcomes.append(outcome)
         return new, tuple(outcomes)
 
     def restock(self, on_hand: A) -> Self | None:

@@ -159,10 +159,13 @@ def test_commit_takes_the_amount_off_hand_and_release_after_it_refunds_it():
 def test_a_hold_with_a_ttl_expires_at_it_and_one_without_never_does():
     state, _ = Reservations[int](on_hand=5).hold("a", 1, at(0), KEEP, ttl=timedelta(seconds=10))
     state, _ = state.hold("b", 1, at(0), KEEP, saga_id="s-b", reply_to="saga")
-    early, none = state.expire(at(9), KEEP)
-    late, [expired] = state.expire(at(10), KEEP)
-    assert none == () and early == state
-    assert (expired.rid, expired.kind, list(late.holds)) == ("a", "expired", ["b"])
+    state, _ = state.hold("c", 1, at(1), KEEP, ttl=timedelta(seconds=5))
+    early, [first] = state.expire(at(9), KEEP)
+    assert (first.rid, first.kind, list(early.holds)) == ("c", "expired", ["a", "b"])
+    assert state.due(at(10)) == ("c", "a")  # the earliest expiry first
+    late, outcomes = state.expire(at(10), KEEP)
+    assert [(o.rid, o.kind) for o in outcomes] == [("c", "expired"), ("a", "expired")]
+    assert list(late.holds) == ["b"] and late.available == 4
     forever, nothing = late.expire(at(10**7), FOREVER)
     assert nothing == () and forever.holds["b"].saga_id == "s-b"
 
