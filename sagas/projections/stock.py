@@ -17,7 +17,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, latest_fact_fold
+from sagas.projections.rows import Row
 
 
 class StockRow(Row):
@@ -29,21 +29,12 @@ class StockRow(Row):
     last_sequence: int
 
 
-apply_stock = latest_fact_fold(
-    StockRow,
-    ledger.LedgerFact,
-    derived=lambda fact: {"available": fact.on_hand - fact.reserved},
-)
-"""A product's row is its latest ledger fact (every one carries the totals after it)."""
-
-
 _FACT = ledger.LedgerFact
 
 PRODUCT_STOCK: ReadModel[StockRow] = ReadModel(
     name="product_stock",
     entity_type="product",
     row_type=StockRow,
-    fold=apply_stock,
     key="product_id",
     starts=_FACT,
     columns=(
@@ -59,3 +50,7 @@ PRODUCT_STOCK: ReadModel[StockRow] = ReadModel(
         Column("last_sequence", Integer(), LatestSequence(_FACT)),
     ),
 )
+
+apply_stock = PRODUCT_STOCK.fold
+"""Derived from the columns (a product's row is its latest ledger fact: every one carries
+the totals after it); components reach it as ``PRODUCT_STOCK.fold``."""
