@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sagas.contracts import enrollment as e
-from sagas.messages import Envelope
 from sagas.projections.declare import (
     Column,
     Constant,
@@ -20,7 +19,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, entity_id
+from sagas.projections.rows import Row
 
 
 class EnrollmentRow(Row):
@@ -35,42 +34,12 @@ class EnrollmentRow(Row):
     last_sequence: int
 
 
-def apply_enrollment(row: EnrollmentRow | None, event: Envelope) -> EnrollmentRow | None:
-    message = event.message()
-    seq = event.sequence or 0
-    if isinstance(message, e.EnrollmentRequested):
-        return EnrollmentRow(
-            enrollment_id=entity_id(event),
-            student_id=message.student_id,
-            course_id=message.course_id,
-            status="PENDING",
-            waitlist_position=None,
-            reason=None,
-            created_at=event.occurred_at,
-            updated_at=event.occurred_at,
-            last_sequence=seq,
-        )
-    if row is None:
-        return None  # e.g. a drop that overtook its enrollment: nothing to show
-    update: dict[str, object] = {"last_sequence": seq}
-    if isinstance(message, e.EnrollmentStatusChanged):
-        update |= {
-            "status": message.status,
-            "course_id": message.course_id,
-            "waitlist_position": message.waitlist_position,
-            "reason": message.reason,
-            "updated_at": event.occurred_at,
-        }
-    return row.model_copy(update=update)
-
-
 _REQUESTED, _CHANGED = e.EnrollmentRequested, e.EnrollmentStatusChanged
 
 ENROLLMENTS: ReadModel[EnrollmentRow] = ReadModel(
     name="enrollments",
     entity_type="enrollment",
     row_type=EnrollmentRow,
-    fold=apply_enrollment,
     key="enrollment_id",
     starts=_REQUESTED,
     columns=(
@@ -108,3 +77,6 @@ ENROLLMENTS: ReadModel[EnrollmentRow] = ReadModel(
         Index("ix_enrollments_status_updated", ("status", "updated_at", "enrollment_id")),
     ),
 )
+
+apply_enrollment = ENROLLMENTS.fold
+"""Derived from the columns; components reach it as ``ENROLLMENTS.fold``."""
