@@ -18,7 +18,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, latest_fact_fold
+from sagas.projections.rows import Row
 
 
 class RosterRow(Row):
@@ -33,17 +33,12 @@ class RosterRow(Row):
     last_sequence: int
 
 
-apply_roster = latest_fact_fold(RosterRow, e.CourseFact)
-"""A course's row is its latest course fact (every one carries the roster after it)."""
-
-
 _FACT = e.CourseFact
 
 COURSE_ROSTER: ReadModel[RosterRow] = ReadModel(
     name="course_roster",
     entity_type="course",
     row_type=RosterRow,
-    fold=apply_roster,
     key="course_id",
     starts=_FACT,
     columns=(
@@ -68,3 +63,6 @@ COURSE_ROSTER: ReadModel[RosterRow] = ReadModel(
         Column("last_sequence", Integer(), LatestSequence(_FACT)),
     ),
 )
+
+apply_roster = COURSE_ROSTER.fold
+"""Derived from the columns; components reach it as ``COURSE_ROSTER.fold``."""
