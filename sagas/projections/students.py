@@ -18,7 +18,7 @@ from sagas.projections.declare import (
     Text,
     Timestamp,
 )
-from sagas.projections.rows import Row, latest_fact_fold
+from sagas.projections.rows import Row
 
 
 class StudentRow(Row):
@@ -32,17 +32,12 @@ class StudentRow(Row):
     last_sequence: int
 
 
-apply_student = latest_fact_fold(StudentRow, e.StudentFact)
-"""A student's row is its latest student fact (every one carries the student after it)."""
-
-
 _FACT = e.StudentFact
 
 STUDENT_ENROLLMENTS: ReadModel[StudentRow] = ReadModel(
     name="student_enrollments",
     entity_type="student",
     row_type=StudentRow,
-    fold=apply_student,
     key="student_id",
     starts=_FACT,
     columns=(
@@ -61,3 +56,6 @@ STUDENT_ENROLLMENTS: ReadModel[StudentRow] = ReadModel(
         Column("last_sequence", Integer(), LatestSequence(_FACT)),
     ),
 )
+
+apply_student = STUDENT_ENROLLMENTS.fold
+"""Derived from the columns; components reach it as ``STUDENT_ENROLLMENTS.fold``."""
