@@ -3,9 +3,11 @@ import of one particular model's fold outside its declaration.
 
 What it looks for, in every Python file of the packages and the tests:
 
-- a comparison of something named ``entity_type`` with a literal, or of any value with the
-  name of a declared entity type or read model (``x == "order"``, ``t in ("order", ...)``):
-  the component should ask :mod:`sagas.catalog` which model folds that type instead;
+- a comparison of something named ``entity_type`` with a literal or a constant, or of
+  another expression that holds an entity type (a key's prefix, ``key.split(":")[0]``; a
+  ``saga_type``) with the name of a declared entity type or read model: the component
+  should ask :mod:`sagas.catalog` which model folds that type instead. Any other expression
+  may equal such a string (``kind == "transfer"`` is no dispatch on the transfer model);
 - in the read side (``readside/``, ``spark_projections/``), a comparison with a message
   type's ``TYPE`` (``F.col("type") == OrderPlaced.TYPE``): what a model reads of which
   event is in its declaration;
@@ -59,6 +61,34 @@ def _is_entity_type(node: ast.expr) -> bool:
     )
 
 
+_HOLDS_ENTITY_TYPE = frozenset({"entity_type", "saga_type"})
+
+
+def _holds_entity_type(node: ast.expr) -> bool:
+    """``entity_type``, ``saga_type`` (a name, an attribute or a string-keyed item), or a
+    key's prefix: ``<key>.split(":")[0]``, ``<key>.partition(":")[0]``."""
+    if isinstance(node, ast.Name):
+        return node.id in _HOLDS_ENTITY_TYPE
+    if isinstance(node, ast.Attribute):
+        return node.attr in _HOLDS_ENTITY_TYPE
+    if not isinstance(node, ast.Subscript):
+        return False
+    item = node.slice
+    if isinstance(item, ast.Constant) and item.value in _HOLDS_ENTITY_TYPE:
+        return True
+    call = node.value
+    return (
+        isinstance(item, ast.Constant)
+        and item.value == 0
+        and isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("split", "partition")
+        and bool(call.args)
+        and isinstance(call.args[0], ast.Constant)
+        and call.args[0].value == ":"
+    )
+
+
 def _literals(node: ast.expr) -> Iterator[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         yield node.value
@@ -101,7 +131,9 @@ def findings_in(path: Path, source: str, module: str | None = None) -> list[Find
                 literals or any(_is_constant_name(side) for side in sides)
             ):
                 found.append(Finding(path, node.lineno, "entity_type compared with a constant"))
-            elif named := sorted(set(literals) & DECLARED_NAMES):
+            elif any(_holds_entity_type(side) for side in sides) and (
+                named := sorted(set(literals) & DECLARED_NAMES)
+            ):
                 found.append(Finding(path, node.lineno, f"dispatch on declared name(s) {named}"))
             elif read_side and any(_is_message_type(side) for side in sides):
                 found.append(Finding(path, node.lineno, "dispatch on a message type's TYPE"))

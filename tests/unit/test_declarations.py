@@ -241,3 +241,23 @@ def test_the_declaring_module_may_name_its_own_fold() -> None:
 
 def test_the_repository_passes_the_lint_check() -> None:
     assert [str(f) for f in check([ROOT / p for p in (*SCANNED, *SCANNED_TESTS)])] == []
+
+
+def test_a_string_equal_to_an_entity_type_counts_only_beside_an_entity_type() -> None:
+    """A newcomer's ``kind == "transfer"`` failed the check once its domain declared the
+    entity type ``transfer``: only an expression holding an entity type counts."""
+    source = """
+def f(kind, name, event, body):
+    same = kind == "order"
+    if name in ("order", "course") or event.kind == "orders":
+        return same
+    if body["saga_type"] == "order":
+        return event.key.partition(":")[0] == "course"
+    return event.saga_type != "enrollment"
+"""
+    found = findings_in(Path("tests/integration/x.py"), source, "tests.integration.x")
+    assert sorted((f.line, f.what) for f in found) == [
+        (6, "dispatch on declared name(s) ['order']"),
+        (7, "dispatch on declared name(s) ['course']"),
+        (8, "dispatch on declared name(s) ['enrollment']"),
+    ]
