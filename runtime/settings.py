@@ -175,7 +175,7 @@ class Settings(BaseSettings):
     dedupe_retention_s: float = Field(
         600.0,
         gt=0,
-        description="How long a participant (stock, seats, credits) remembers a reservation it finished, to answer a repeated or late command about it the same way; older ones are forgotten, so a hot key's record does not grow with its history. Keep it well above SAGALINE_STEP_TIMEOUT_S and SAGALINE_RESERVATION_TTL_S (why: sagas/participants/ledger.py, `_remember`)",
+        description="How long a participant (stock, seats, credits) remembers a reservation it finished, to answer a repeated or late command about it the same way; older ones are forgotten, so a hot key's record does not grow with its history. Keep it well above SAGALINE_STEP_TIMEOUT_S and SAGALINE_RESERVATION_TTL_S (why: sagas/machinery/reservations.py, `Retention`)",
     )
     # Retirement (sagas/machinery/retirement.py). A final record must outlive every message
     # that can still reach it and change something: a participant's answer or a saga's

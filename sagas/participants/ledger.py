@@ -4,62 +4,68 @@ Keyed by the entity whose units it guards (a product's stock, a course's seats),
 command for one entity is decided, in order, against a state that includes all earlier ones:
 two orders racing for the last unit cannot both win, and no lock is needed.
 Invariant: ``0 <= reserved <= on_hand`` after every decision.
+
+The reservations themselves are :class:`~sagas.machinery.reservations.Reservations` (whole
+units); this module maps the ledger's contract onto them and their outcomes onto its facts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import ClassVar, Literal, NamedTuple
+from datetime import timedelta
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import SerializerFunctionWrapHandler, field_serializer, field_validator
 
 from sagas.contracts import ledger as c
-from sagas.machinery.history import History
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
+from sagas.machinery.reservations import (
+    DEFAULT_RETENTION,
+    Closed,
+    Hold,
+    Outcome,
+    Reservations,
+    Retention,
+)
 from sagas.machinery.step import reply
 from sagas.messages import Message
-from sagas.participants.retention import DEFAULT_RETENTION, epoch_seconds, remember
 
-Outcome = Literal["confirmed", "rejected", "cancelled", "expired", "refunded"]
-
-
-class Hold(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    quantity: int
-    expires_at: datetime
-    saga_id: str | None = None
-    reply_to: str | None = None
+__all__ = ["CapacityLedger", "Closed", "LedgerState"]
 
 
-class Closed(NamedTuple):
-    """A finished reservation. A tuple, stored as a JSON array (``["confirmed", 1, 1763...]``):
-    a hot key holds a thousand of these, so they are kept small and serialized without a
-    model per entry (and stored in chunks written once: :mod:`sagas.machinery.history`).
-    Records stored before ``at`` existed hold ``{"outcome": ..., "quantity": ...}`` objects;
-    they still validate (``at`` 0)."""
-
-    outcome: Outcome
-    quantity: int
-    at: int = 0
-    """When it closed, in whole seconds since the epoch (0: unknown, stored before ages)."""
-
-
-class LedgerState(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class LedgerState(Reservations[int]):
     on_hand: int = 0
-    holds: dict[str, Hold] = {}
-    closed: History[Closed] = Field(default_factory=History)
-    """Recently finished reservations, oldest first, to answer repeats and refund sales:
-    kept for the ledger's retention, and never more than its ``closed_window``."""
 
     @property
     def reserved(self) -> int:
-        return sum(h.quantity for h in self.holds.values())
+        return self.held
 
-    @property
-    def available(self) -> int:
-        return self.on_hand - self.reserved
+    # A hold's amount is stored as ``quantity``, as before the primitive: a record's bytes
+    # (and so the size limits measured on them) and a rollback stay as they were.
+    @field_serializer("holds", mode="wrap")
+    def _stored_as_quantity(self, holds: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        return {k: _renamed(v, "amount", "quantity") for k, v in handler(holds).items()}
+
+    @field_validator("holds", mode="before")
+    @classmethod
+    def _read_as_amount(cls, holds: Any) -> Any:
+        if isinstance(holds, dict):
+            return {k: _renamed(v, "quantity", "amount") for k, v in holds.items()}
+        return holds
+
+    @field_validator("closed", mode="before")
+    @classmethod
+    def _closed_as_objects(cls, closed: Any) -> Any:
+        # Records stored before ages hold ``{"outcome": ..., "quantity": ...}`` objects.
+        if isinstance(closed, dict):
+            return {k: _renamed(v, "quantity", "amount") for k, v in closed.items()}
+        return closed
+
+
+def _renamed(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, dict) and old in value:
+        return {new if k == old else k: v for k, v in value.items()}
+    return value
 
 
 def _expiry(reservation_id: str) -> str:
@@ -87,8 +93,12 @@ class CapacityLedger:
     """Most finished reservations kept, whatever their age: bounds a hot key's history in
     memory (the window by age alone grows with the key's rate)."""
     retention: timedelta = DEFAULT_RETENTION
-    """Finished reservations older than this are forgotten (see :meth:`_remember`)."""
+    """Finished reservations older than this are forgotten (argued on ``Retention``)."""
     state_type: type[LedgerState] = LedgerState
+
+    @property
+    def keep(self) -> Retention:
+        return Retention(self.retention, self.closed_window)
 
     def initial(self, key: str) -> LedgerState:
         return LedgerState()
@@ -116,16 +126,15 @@ class CapacityLedger:
 
     def _expire(self, state: LedgerState, ctx: Context) -> Decision[LedgerState]:
         """Release every hold whose TTL has passed and tell each saga that made one."""
-        due = sorted(
-            ((rid, hold) for rid, hold in state.holds.items() if hold.expires_at <= ctx.now),
-            key=lambda item: item[1].expires_at,
-        )
+        due = state.due(ctx.now)
         send: list[Command] = []
         events: list[Fact] = []
-        for rid, hold in due:
-            state = self._close(state, rid, "expired", hold.quantity, ctx)
+        for rid in due:
+            state, lapsed = state.lapse(rid, ctx.now, self.keep)
+            hold = lapsed.hold
+            assert hold is not None  # a due hold lapses
             fact = c.Released(
-                **_totals(state), reservation_id=rid, quantity=hold.quantity, reason="expired"
+                **_totals(state), reservation_id=rid, quantity=hold.amount, reason="expired"
             )
             events.append(Fact(fact, hold.saga_id))
             if hold.reply_to and hold.saga_id:
@@ -134,155 +143,96 @@ class CapacityLedger:
             state,
             send=tuple(send),
             events=tuple(events),
-            clear_deadlines=frozenset(_expiry(rid) for rid, _ in due),
+            clear_deadlines=frozenset(_expiry(rid) for rid in due),
         )
 
     # --- commands -----------------------------------------------------------------------
 
     def _set(self, state: LedgerState, cmd: c.SetCapacity, ctx: Context) -> Decision[LedgerState]:
-        if cmd.on_hand < state.reserved:
+        new = state.restock(cmd.on_hand)
+        if new is None:
             refused = c.CapacitySetRefused(
                 **_totals(state),
                 requested=cmd.on_hand,
                 reason=f"{state.reserved} units are reserved; on_hand cannot go below that",
             )
             return Decision(state, send=reply(ctx, refused), events=(refused,))
-        new = state.model_copy(update={"on_hand": cmd.on_hand})
         fact = c.CapacitySet(**_totals(new))
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
     def _reserve(self, state: LedgerState, cmd: c.Reserve, ctx: Context) -> Decision[LedgerState]:
-        rid = cmd.reservation_id
-        if rid in state.holds or rid in state.closed:
-            return Decision(state, send=reply(ctx, self._status_of(state, rid)))
-        if state.available < cmd.quantity:
+        ttl = timedelta(seconds=cmd.ttl_seconds)
+        new, outcome = state.hold(
+            cmd.reservation_id,
+            cmd.quantity,
+            ctx.now,
+            self.keep,
+            ttl=ttl,
+            saga_id=ctx.saga_id,
+            reply_to=ctx.reply_to,
+        )
+        if outcome.repeat:
+            return Decision(state, send=reply(ctx, _answer(state, outcome)))
+        if outcome.kind == "rejected":
             rejected = c.ReservationRejected(
                 **_totals(state),
-                reservation_id=rid,
+                reservation_id=cmd.reservation_id,
                 quantity=cmd.quantity,
                 reason=f"insufficient stock: requested {cmd.quantity}, available {state.available}",
             )
-            new = self._remember(state, rid, Closed("rejected", cmd.quantity), ctx)
             return Decision(new, send=reply(ctx, rejected), events=(rejected,))
-        expires_at = ctx.now + timedelta(seconds=cmd.ttl_seconds)
-        hold = Hold(
-            quantity=cmd.quantity, expires_at=expires_at, saga_id=ctx.saga_id, reply_to=ctx.reply_to
-        )
-        new = state.model_copy(update={"holds": {**state.holds, rid: hold}})
-        fact = c.Reserved(
-            **_totals(new),
-            reservation_id=rid,
-            quantity=cmd.quantity,
-            expires_at=expires_at.isoformat(),
-        )
+        fact = _answer(new, outcome)
         return Decision(
-            new, send=reply(ctx, fact), events=(fact,), set_deadlines={_expiry(rid): expires_at}
+            new,
+            send=reply(ctx, fact),
+            events=(fact,),
+            set_deadlines={_expiry(cmd.reservation_id): ctx.now + ttl},
         )
 
     def _confirm(self, state: LedgerState, cmd: c.Confirm, ctx: Context) -> Decision[LedgerState]:
-        rid = cmd.reservation_id
-        hold = state.holds.get(rid)
-        if hold is None:
-            return Decision(state, send=reply(ctx, self._status_of(state, rid)))
-        sold = state.model_copy(update={"on_hand": state.on_hand - hold.quantity})
-        new = self._close(sold, rid, "confirmed", hold.quantity, ctx)
-        fact = c.Confirmed(**_totals(new), reservation_id=rid, quantity=hold.quantity)
-        return Decision(
-            new, send=reply(ctx, fact), events=(fact,), clear_deadlines=frozenset({_expiry(rid)})
-        )
+        new, outcome = state.commit(cmd.reservation_id, ctx.now, self.keep)
+        fact = _answer(new, outcome)
+        if outcome.repeat:
+            return Decision(state, send=reply(ctx, fact))
+        clear = frozenset({_expiry(cmd.reservation_id)})
+        return Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
 
     def _cancel(self, state: LedgerState, cmd: c.Cancel, ctx: Context) -> Decision[LedgerState]:
         rid = cmd.reservation_id
-        hold = state.holds.get(rid)
-        closed = state.closed.get(rid)
-        if hold is not None:
-            new = self._close(state, rid, "cancelled", hold.quantity, ctx)
-            fact = c.Released(
-                **_totals(new), reservation_id=rid, quantity=hold.quantity, reason="cancelled"
-            )
-        elif closed is not None and closed.outcome == "confirmed":
-            restocked = state.model_copy(update={"on_hand": state.on_hand + closed.quantity})
-            new = self._close(restocked, rid, "refunded", closed.quantity, ctx)
-            fact = c.Released(
-                **_totals(new), reservation_id=rid, quantity=closed.quantity, reason="refunded"
-            )
-        elif closed is not None:
-            return Decision(state)  # already released or never held: nothing to give back
-        else:
-            # A cancel before its reserve: leave a tombstone so a late reserve is refused.
-            new = self._remember(state, rid, Closed("cancelled", 0), ctx)
-            return Decision(new)
-        return Decision(
-            new, send=reply(ctx, fact), events=(fact,), clear_deadlines=frozenset({_expiry(rid)})
-        )
+        new, outcome = state.release(rid, ctx.now, self.keep)
+        match outcome:
+            case Outcome(
+                kind="cancelled" | "refunded" as reason, amount=int(quantity), repeat=False
+            ):
+                fact = c.Released(
+                    **_totals(new), reservation_id=rid, quantity=quantity, reason=reason
+                )
+            case _:
+                # A repeat (already given back: nothing to say), or a cancel before its
+                # reserve, whose tombstone refuses the late reserve.
+                return Decision(new)
+        clear = frozenset({_expiry(rid)})
+        return Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
 
-    # --- helpers ------------------------------------------------------------------------
 
-    def _close(
-        self, state: LedgerState, rid: str, outcome: Outcome, quantity: int, ctx: Context
-    ) -> LedgerState:
-        holds = {k: v for k, v in state.holds.items() if k != rid}
-        return self._remember(
-            state.model_copy(update={"holds": holds}), rid, Closed(outcome, quantity), ctx
-        )
-
-    def _remember(self, state: LedgerState, rid: str, closed: Closed, ctx: Context) -> LedgerState:
-        """``state`` with ``rid`` closed now (moved last), less what is past the retention.
-
-        Why the retention is safe: a finished reservation is remembered to answer a command
-        about it that comes again or late. The machinery's ``seen`` window drops exact
-        repeats of recent messages; what reaches this map is a command re-sent by its saga
-        (a saga worker that crashed before it stored its batch re-decides and re-sends, so
-        the repeat comes after the worker's restart) or a compensation. A saga waits on a
-        step for at most its step timeout (30 s by default) and then compensates, and a hold
-        it made lives at most the reservation TTL (5 minutes). Forgetting an entry is
-        harmless for a repeated Confirm (refused; the saga is past that step and ignores it)
-        and for a repeated Cancel (a tombstone); a repeated Reserve would place a new hold,
-        which the saga's compensation or the TTL releases: availability dips, nothing is
-        sold twice. The one entry whose loss costs stock is a confirmed sale that a saga
-        cancels (capture refused or timed out): that cancel is sent within a step timeout
-        of the confirm. Ten minutes is twenty step timeouts and twice the TTL, the margin
-        for a worker restart or a backlog in between. ``closed_window`` bounds the size
-        first on a key hotter than ``closed_window`` closes per retention (1000 per 10
-        minutes: 1.7/s): there the horizon is ``closed_window`` closes, as before ages, and
-        above ~33 closes/s it is shorter than a step timeout. The entries are stored in
-        chunks written once (:mod:`sagas.machinery.history`), so the window no longer costs
-        every write; it bounds what a key holds in memory and reads back after a restart
-        (a full window is ~32 chunks).
-        """
-        entries = remember(
-            state.closed,
-            rid,
-            closed._replace(at=epoch_seconds(ctx.now)),
-            lambda entry: entry.at,
-            ctx.now,
-            self.retention,
-            self.closed_window,
-        )
-        return state.model_copy(update={"closed": entries})
-
-    def _status_of(self, state: LedgerState, rid: str) -> Message:
-        """The fact that answers a repeated command about ``rid``."""
-        totals = _totals(state)
-        if (hold := state.holds.get(rid)) is not None:
-            return c.Reserved(
-                **totals,
-                reservation_id=rid,
-                quantity=hold.quantity,
-                expires_at=hold.expires_at.isoformat(),
-            )
-        closed = state.closed.get(rid)
-        if closed is None:
-            return c.ConfirmRefused(**totals, reservation_id=rid, reason="unknown reservation")
-        if closed.outcome == "confirmed":
-            return c.Confirmed(**totals, reservation_id=rid, quantity=closed.quantity)
-        if closed.outcome == "rejected":
+def _answer(state: LedgerState, outcome: Outcome[int]) -> Message:
+    """The fact that states ``outcome`` (a repeat's: what was answered the first time)."""
+    totals, rid = _totals(state), outcome.rid
+    match outcome:
+        case Outcome(kind="held", hold=Hold(amount=quantity, expires_at=expires_at)):
+            expiry = "" if expires_at is None else expires_at.isoformat()
+            return c.Reserved(**totals, reservation_id=rid, quantity=quantity, expires_at=expiry)
+        case Outcome(kind="confirmed", amount=int(quantity)):
+            return c.Confirmed(**totals, reservation_id=rid, quantity=quantity)
+        case Outcome(kind="rejected", amount=int(quantity)):
             return c.ReservationRejected(
-                **totals, reservation_id=rid, quantity=closed.quantity, reason="insufficient stock"
+                **totals, reservation_id=rid, quantity=quantity, reason="insufficient stock"
             )
-        return c.ConfirmRefused(
-            **totals, reservation_id=rid, reason=f"reservation {closed.outcome}"
-        )
+        case Outcome(kind="unknown"):
+            return c.ConfirmRefused(**totals, reservation_id=rid, reason="unknown reservation")
+    # Closed otherwise; a tombstone reads as the cancel it was (as stored before it had a name).
+    kind = "cancelled" if outcome.kind == "tombstone" else outcome.kind
+    return c.ConfirmRefused(**totals, reservation_id=rid, reason=f"reservation {kind}")
 
 
 def _totals(state: LedgerState) -> dict[str, int]:

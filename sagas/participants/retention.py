@@ -4,7 +4,7 @@ A participant remembers every reservation it closed so that a command about it t
 again (a saga that re-sends after a crash) or late (a compensation) gets the same answer.
 Remembering forever would make a hot key's record grow with its history, so entries older
 than a retention are dropped; the argument for the default retention is in
-:meth:`sagas.participants.ledger.CapacityLedger._remember`. A size bound still caps a key so
+:class:`sagas.machinery.reservations.Retention`. A size bound still caps a key so
 hot that more than that many reservations close within the retention.
 """
 
@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from sagas.machinery.history import History
+from sagas.machinery.reservations import DEFAULT_RETENTION
 
-DEFAULT_RETENTION = timedelta(minutes=10)
-"""SAGALINE_DEDUPE_RETENTION_S's default (the argument is on the ledger's ``_remember``)."""
+__all__ = ["DEFAULT_RETENTION", "epoch_seconds", "remember"]
 
 E = TypeVar("E")
 
