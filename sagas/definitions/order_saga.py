@@ -108,7 +108,9 @@ class OrderSaga(Saga[OrderState]):
         return OrderState(customer_id=cmd.customer_id, lines=lines, total=cmd.total,
                           payment_method=cmd.payment.method, payment=Leg(key=ctx.key))  # fmt: skip
 
-    def hold(self, state: OrderState, field: str, leg: Leg, cause: Message | None) -> Message:
+    def hold(
+        self, state: OrderState, field: str, leg: Leg, ctx: Context, cause: Message | None
+    ) -> Message:
         if isinstance(leg, LineState):
             ttl = self.reservation_ttl.total_seconds()
             return lc.Reserve(reservation_id=leg.rid, quantity=leg.quantity, ttl_seconds=ttl)

@@ -162,7 +162,7 @@ class Saga(Generic[S]):
     def command(self, state: S, message: Message, ctx: Context) -> Decision[S]:
         raise NotImplementedError
 
-    def hold(self, state: S, field: str, leg: Leg, cause: Message | None) -> Message:
+    def hold(self, state: S, field: str, leg: Leg, ctx: Context, cause: Message | None) -> Message:
         """The hold command for ``leg`` (``cause``: the command or answer that began the
         step)."""
         raise NotImplementedError
@@ -335,7 +335,7 @@ class Saga(Generic[S]):
         port = self.PORTS[self.LEGS[field]]
         match action:
             case "hold":
-                message = self.hold(state, field, leg, cause)
+                message = self.hold(state, field, leg, ctx, cause)
             case "confirm":
                 message = port.confirm(leg.rid)
             case "release":

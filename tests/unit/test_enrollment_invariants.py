@@ -131,9 +131,9 @@ def test_random_commands_keep_every_invariant_and_settle_consistently(seed: int)
     assert {"ENROLLED", "WAITLISTED", "REJECTED", "DROPPED"} & set(statuses)
 
     def rid(enrollment: str) -> str:
-        place = sagas[enrollment].place
-        assert place is not None
-        return place.rid(enrollment)
+        seat = sagas[enrollment].seat
+        assert seat is not None
+        return seat.rid
 
     for course_id in COURSES:
         state: CourseState = bus.state(COURSE, course_id)

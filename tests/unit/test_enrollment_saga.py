@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from sagas.contracts import enrollment as e
-from sagas.definitions.enrollment_saga import STEP_DEADLINE, EnrollmentSaga
+from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.machinery.kit import STEP_DEADLINE
 from sagas.machinery.process import Outbound
 from sagas.messages import Envelope, Message
 
