@@ -7,7 +7,10 @@ readside -> migrations.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,8 +79,7 @@ def revision(message: str, declared: Sequence[MetaData], scripts: Path = SCRIPTS
         if ops is None or ops.is_empty():
             directives.clear()
 
-    config = _config(scripts)
-    _tidy_with_ruff(config)
+    config = _config(scripts, quiet=True)  # the caller says what was written
     with tempfile.TemporaryDirectory() as scratch:
         engine = create_read_engine(f"sqlite:///{Path(scratch) / 'head.db'}")
         try:
@@ -95,11 +97,13 @@ def revision(message: str, declared: Sequence[MetaData], scripts: Path = SCRIPTS
         finally:
             engine.dispose()
     path = Path(written.path) if isinstance(written, Script) else None
+    if path is not None:
+        _tidy_with_ruff(path)
     return Revision(path, tuple(undeclared))
 
 
-def _config(scripts: Path) -> Config:
-    config = Config()
+def _config(scripts: Path, quiet: bool = False) -> Config:
+    config = Config(cmd_opts=argparse.Namespace(quiet=quiet))
     config.set_main_option("script_location", str(scripts))
     return config
 
@@ -112,14 +116,11 @@ def _next_id(scripts: Path) -> str | None:
     return None  # Alembic's own random id
 
 
-def _tidy_with_ruff(config: Config) -> None:
+def _tidy_with_ruff(path: Path) -> None:
     """Autogenerate's text passes ``make lint`` once ruff (a dev dependency, absent from a
-    production install, where the hooks are skipped) has fixed and formatted it."""
+    production install, where this is skipped) has fixed and formatted it. Not Alembic's
+    post-write hooks: they print a line each, and the command prints only the path."""
     if importlib.util.find_spec("ruff") is None:
         return
-    section = "post_write_hooks"
-    config.set_section_option(section, "hooks", "fix, format")
-    for hook, args in (("fix", "check --fix --quiet"), ("format", "format --quiet")):
-        config.set_section_option(section, f"{hook}.type", "module")
-        config.set_section_option(section, f"{hook}.module", "ruff")
-        config.set_section_option(section, f"{hook}.options", f"{args} REVISION_SCRIPT_FILENAME")
+    for args in (["check", "--fix", "--quiet"], ["format", "--quiet"]):
+        subprocess.run([sys.executable, "-m", "ruff", *args, str(path)], check=False)

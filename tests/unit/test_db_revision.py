@@ -5,14 +5,19 @@ the migrations, never dropping a table."""
 from __future__ import annotations
 
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import Column, Integer, MetaData, String, Table, inspect
 
+import readside.migrate
+import sagaline.schema
 from readside.engine import create_read_engine
 from readside.migrate import SCRIPTS, revision, upgrade
 from readside.schema import metadata as read_models
+from sagaline.cli import main
 from sagaline.schema import DECLARED
 from spark_projections.tables import metadata as rebuild
 
@@ -81,3 +86,21 @@ def test_a_table_the_metadata_does_not_show_is_reported_never_dropped(scripts: P
     assert written.path is None
     assert sorted(written.undeclared) == sorted(rebuild.tables)
     assert _versions(scripts) == before
+
+
+def test_the_command_prints_the_path_it_wrote_or_that_there_is_nothing_to_do(
+    scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(readside.migrate, "revision", partial(revision, scripts=scripts))
+    command = ["db", "revision", "-m", "add widgets"]
+    unchanged = CliRunner().invoke(main, command)
+    assert (unchanged.exit_code, unchanged.output) == (
+        0,
+        "nothing to do: the migrations already create the declared schema\n",
+    )
+    monkeypatch.setattr(sagaline.schema, "DECLARED", (*DECLARED, _widgets()))
+    written = CliRunner().invoke(main, command)
+    assert (written.exit_code, written.output) == (
+        0,
+        f"{scripts / 'versions' / '0006_add_widgets.py'}\n",
+    )
