@@ -41,8 +41,8 @@ FOLDS = {
     for name, value in vars(sys.modules[m.row_type.__module__]).items()
     if value is m.fold
 }
-"""A declared model's fold, by the name its declaring module binds it to (a fold may be
-made by a factory, e.g. ``apply_stock = latest_fact_fold(...)``)."""
+"""A declared model's fold, by the name its declaring module binds it to (the fold is
+derived from the declaration: ``apply_stock = PRODUCT_STOCK.fold``)."""
 
 
 @dataclass(frozen=True)

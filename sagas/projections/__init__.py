@@ -1,5 +1,6 @@
-"""The meaning of every read model, as pure folds over domain events.
+"""The meaning of every read model, declared once as columns over domain events.
 
-Used as-is by the online projector (services/projector) and by the nightly Spark rebuild
-(spark_projections), so the two cannot disagree. No database, no Kafka, no clock.
+The online projector (services/projector) folds them event by event (:mod:`.fold`), the
+nightly Spark rebuild (spark_projections) computes them in bulk: two interpreters of one
+spec. No database, no Kafka, no clock.
 """

@@ -135,10 +135,6 @@ class Index:
     descending: frozenset[str] = frozenset()
 
 
-def _not_given(row: Any, event: Envelope) -> Any:
-    raise AssertionError("replaced by the derived fold in __post_init__")
-
-
 @dataclass(frozen=True)
 class ReadModel(Generic[R]):
     name: str
@@ -153,12 +149,9 @@ class ReadModel(Generic[R]):
     columns: tuple[Column, ...]
     indexes: tuple[Index, ...] = ()
     comment: str | None = None
-    fold: Callable[[R | None, Envelope], R | None] = field(
-        default=_not_given, repr=False, compare=False
-    )
+    fold: Callable[[R | None, Envelope], R | None] = field(init=False, repr=False, compare=False)
     """``(row or None, event) -> row or None``, one event at a time, in sequence order:
-    derived from the columns (:func:`sagas.projections.fold.derive`) unless given (the
-    hand-written folds, while the models move to derived ones)."""
+    derived from the columns (:func:`sagas.projections.fold.derive`), never written."""
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
@@ -174,9 +167,7 @@ class ReadModel(Generic[R]):
         # fold.py interprets the values declared here, so it is imported once they are.
         from sagas.projections.fold import derive
 
-        derived = derive(self)
-        if self.fold is _not_given:
-            object.__setattr__(self, "fold", derived)
+        object.__setattr__(self, "fold", derive(self))
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)

@@ -38,6 +38,7 @@ from sagas.projections.declare import (
     ReadModel,
     Value,
 )
+from sagas.projections.rows import entity_id
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -114,7 +115,7 @@ def _at_start(value: Value, kind: type[Message]) -> Compute:
     """``value`` over the start event alone."""
     match value:
         case EntityId():
-            return lambda row, event, message: _entity_id(event)
+            return lambda row, event, message: entity_id(event)
         case Constant(value=constant):
             return lambda row, event, message: constant
         case Difference(left=left, right=right):
@@ -187,10 +188,6 @@ def _or_else(first: Compute, then: Compute) -> Compute:
         return then(row, event, message) if found is None else found
 
     return or_else
-
-
-def _entity_id(event: Envelope) -> str:
-    return event.key.split(":", 1)[1]
 
 
 # --- the declaration-time check ----------------------------------------------------------

@@ -79,7 +79,7 @@ def test_every_declared_read_model_is_its_fold_applied_in_sequence_order(
 
 
 def test_a_twin_that_disagrees_with_its_fold_fails_the_comparison(
-    spark: SparkSession, stage: pipeline.Staged, records: list[Record]
+    spark: SparkSession, stage: pipeline.Staged, records: list[Record], reference: Reference
 ) -> None:
     status = ORDERS.column("status")
     wrong = dataclasses.replace(
@@ -89,20 +89,24 @@ def test_a_twin_that_disagrees_with_its_fold_fails_the_comparison(
             for c in ORDERS.columns
         ),
     )
+    # Its fold is derived from the same wrong columns, so it is compared with the rows
+    # of the declared model's fold (the reference, folded by the catalog's ORDERS).
     with pytest.raises(PySparkAssertionError, match="DIFFERENT_ROWS"):
-        compare(spark, stage, records, wrong)
+        compare(spark, stage, records, wrong, reference)
 
 
 def test_a_twin_that_cannot_be_computed_fails_the_comparison(
-    spark: SparkSession, stage: pipeline.Staged, records: list[Record]
+    spark: SparkSession, stage: pipeline.Staged, records: list[Record], reference: Reference
 ) -> None:
     reason = ORDERS.column("reason")
     unknown_field = Column("reason", reason.kind, Latest(OrderPlaced, "no_such_field"), True)
     broken = dataclasses.replace(
         ORDERS, columns=tuple(unknown_field if c is reason else c for c in ORDERS.columns)
     )
+    # Against the declared model's rows: the fold derived from the broken column would
+    # fail on the first order (no such field) before the twin is asked.
     with pytest.raises(twins.NoNativeTwin, match="no field 'no_such_field'"):
-        compare(spark, stage, records, broken)
+        compare(spark, stage, records, broken, reference)
 
 
 def test_the_rebuild_stages_every_declared_read_model(stage: pipeline.Staged) -> None:

@@ -1,6 +1,6 @@
 """A read model the catalog does not know, rebuilt natively with no code in the Spark job:
-course seats on the capacity ledger, declared here (row, fold, declaration) the way a new
-domain declares its models in ``sagas/``, and compared with its fold.
+course seats on the capacity ledger, declared here (row, declaration) the way a new domain
+declares its models in ``sagas/``, and compared with the fold derived from it.
 
 Its declaration uses every kind of column value, and its ``starts`` type is not every
 event it reads, so a course reopened (a second ``CapacitySet``) restarts its row: what came
@@ -54,40 +54,11 @@ class CourseRow(Row):
     last_sequence: int
 
 
-def apply_course(row: CourseRow | None, event: Envelope) -> CourseRow | None:
-    message = event.message()
-    seq, at = event.sequence or 0, event.occurred_at
-    if isinstance(message, ledger.CapacitySet):
-        row = CourseRow(
-            course_id=entity_id(event),
-            seats=0,
-            held=0,
-            free=0,
-            last_refusal=None,
-            last_release="none",
-            opened_at=at,
-            updated_at=at,
-            last_sequence=seq,
-        )
-    if row is None:
-        return None
-    update: dict[str, object] = {"last_sequence": seq}
-    if isinstance(message, ledger.LedgerFact):
-        totals = {"seats": message.on_hand, "held": message.reserved}
-        update |= totals | {"free": message.on_hand - message.reserved, "updated_at": at}
-    if isinstance(message, ledger.ReservationRejected):
-        update["last_refusal"] = message.reason
-    if isinstance(message, ledger.Released):
-        update["last_release"] = message.reason
-    return row.model_copy(update=update)
-
-
 _FACT = ledger.LedgerFact
 COURSES: ReadModel[CourseRow] = ReadModel(
     name="course_seats",
     entity_type="course",
     row_type=CourseRow,
-    fold=apply_course,
     key="course_id",
     starts=ledger.CapacitySet,
     columns=(

@@ -54,7 +54,7 @@ class Tiny(BaseModel):
 
 def test_a_declaration_must_list_its_row_fields_in_order_and_name_a_key_column() -> None:
     cols = (Column("tiny_id", Text(10), EntityId()), Column("n", Integer(), LatestSequence()))
-    kw: dict[str, Any] = {"entity_type": "tiny", "row_type": Tiny, "fold": lambda r, e: r}
+    kw: dict[str, Any] = {"entity_type": "tiny", "row_type": Tiny}
     ReadModel(name="tiny", key="tiny_id", starts=Message, columns=cols, **kw)
     with pytest.raises(ValueError, match="must be the fields of Tiny"):
         ReadModel(name="tiny", key="tiny_id", starts=Message, columns=cols[::-1], **kw)
