@@ -7,22 +7,29 @@ participant turns into its reply. Amounts are ``int`` or ``Decimal`` (one per va
 
 The life of one reservation id::
 
-    (unknown) --hold, enough available--> held --commit--> confirmed --release--> refunded
-              --hold, not enough--------> rejected            held --release--> cancelled
-              --refuse (the caller's own rule)--> rejected    held --its TTL--> expired
+    (unknown) --hold--> held --commit--> confirmed --release--> refunded
+                        held --commit, keep_open--> committed --release--> refunded
+                        held --release--> cancelled
+                        held --its TTL passes--> expired
+              --hold, with less available; or refuse (a rule of the caller's)--> rejected
               --release, before any hold--> tombstone
 
-``held`` is the only open state: it counts against what is available. Every other state is
-closed, and a closed id is remembered so that a command about it that comes again (a saga
-re-sending after a crash) or late (a compensation) is answered as it was the first time and
-changes nothing; a release that overtook its hold leaves a tombstone, so the hold that
-arrives later is refused instead of holding for a saga that has given up. Closed ids are
-remembered for a :class:`Retention` (an age and a count): past it a repeat is answered
-``unknown``; why ten minutes is safe for the participants here is argued in :class:`Retention`.
+A commit either consumes the amount (a sale, a payment: it leaves ``on_hand`` and the
+reservation closes as ``confirmed``) or keeps it open as ``committed`` (a seat, an
+enrollment's credits: counted against what is available for as long as it lasts, however
+long, until a release gives it back). ``held`` and ``committed`` are the open states. Every
+other state is closed, and a closed id is remembered so that a command about it that comes
+again (a saga re-sending after a crash) or late (a compensation) is answered as it was the
+first time and changes nothing; a release that overtook its hold leaves a tombstone, so the
+hold that arrives later is refused instead of holding for a saga that has given up. Closed
+ids are remembered for a :class:`Retention` (an age and a count): past it a repeat is
+answered ``unknown``; why ten minutes is safe for the participants here is argued in
+:class:`Retention`.
 
-Totals: ``on_hand`` is what is not committed (stock on hand, a balance); a commit takes the
-amount out of it and a refund puts it back; ``available = on_hand - held``. So for any
-sequence, ``available + held + committed`` is what was put on hand (the conservation the
+Totals: ``on_hand`` is what is not consumed (stock on hand, a balance, a capacity); a
+consuming commit takes the amount out of it and its refund puts it back;
+``available = on_hand - held - committed``. So for any sequence,
+``available + held + committed + consumed`` is what was put on hand (the conservation the
 unit tests check). A TTL is optional (``None``: a hold never expires by itself); the value
 reads no clock: ``now`` is passed in, and :meth:`Reservations.expire` closes what is due.
 """
@@ -32,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Generic, Literal, NamedTuple, Self, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,9 +51,9 @@ A = TypeVar("A", int, Decimal)
 Ending = Literal["confirmed", "rejected", "cancelled", "expired", "refunded", "tombstone"]
 """How a reservation closed."""
 
-Kind = Literal["held", "unknown"] | Ending
-"""What an :class:`Outcome` says of a reservation: open, closed as, or never seen (or
-forgotten past the retention)."""
+Kind = Literal["held", "committed", "unknown"] | Ending
+"""What an :class:`Outcome` says of a reservation: open (held, committed), closed as, or
+never seen (or forgotten past the retention)."""
 
 DEFAULT_RETENTION = timedelta(minutes=10)
 """SAGALINE_DEDUPE_RETENTION_S's default (the argument is on :class:`Retention`)."""
@@ -89,6 +96,8 @@ class Closed(NamedTuple, Generic[A]):
     amount: A
     at: int = 0
     """When it closed, in whole seconds since the epoch (0: unknown, stored before ages)."""
+    note: str = ""
+    """The caller's words for it (a refusal's reason), to answer a repeat with them."""
 
 
 class Hold(BaseModel, Generic[A]):
@@ -113,6 +122,8 @@ class Outcome(Generic[A]):
     """Answered from what was recorded before: the operation changed nothing."""
     hold: Hold[A] | None = None
     """The hold, when ``held`` or when the operation closed one."""
+    note: str = ""
+    """A closed reservation's note (see :attr:`Closed.note`)."""
 
 
 class Reservations(BaseModel, Generic[A]):
@@ -122,17 +133,27 @@ class Reservations(BaseModel, Generic[A]):
     model_config = ConfigDict(frozen=True)
     on_hand: A
     holds: dict[str, Hold[A]] = {}
+    committed: dict[str, A] = {}
+    """Commitments kept open, in the order made: id -> amount."""
     closed: History[Closed[A]] = Field(default_factory=History)
     """Closed reservations, oldest closed first, kept for a :class:`Retention`."""
 
     @property
     def held(self) -> A:
-        # Summed from on_hand's zero, so a Decimal value's total is a Decimal even when empty.
-        return sum((h.amount for h in self.holds.values()), self.on_hand - self.on_hand)
+        return sum((h.amount for h in self.holds.values()), self._zero)
+
+    @property
+    def committed_total(self) -> A:
+        return sum(self.committed.values(), self._zero)
 
     @property
     def available(self) -> A:
-        return self.on_hand - self.held
+        return self.on_hand - self.held - self.committed_total
+
+    @property
+    def _zero(self) -> A:
+        # on_hand's zero: a Decimal value's totals are Decimals even when nothing is summed.
+        return self.on_hand - self.on_hand
 
     # --- reading ---------------------------------------------------------------------
 
@@ -140,12 +161,14 @@ class Reservations(BaseModel, Generic[A]):
         """What was answered about ``rid``: the answer to a repeated command."""
         if (hold := self.holds.get(rid)) is not None:
             return Outcome(rid, "held", hold.amount, repeat=True, hold=hold)
+        if (amount := self.committed.get(rid)) is not None:
+            return Outcome(rid, "committed", amount, repeat=True)
         if (closed := self.closed.get(rid)) is not None:
-            return Outcome(rid, closed.outcome, closed.amount, repeat=True)
+            return Outcome(rid, closed.outcome, closed.amount, repeat=True, note=closed.note)
         return Outcome(rid, "unknown", repeat=True)
 
     def knows(self, rid: str) -> bool:
-        return rid in self.holds or rid in self.closed
+        return rid in self.holds or rid in self.committed or rid in self.closed
 
     # --- operations ------------------------------------------------------------------
 
@@ -159,55 +182,83 @@ class Reservations(BaseModel, Generic[A]):
         ttl: timedelta | None = None,
         saga_id: str | None = None,
         reply_to: str | None = None,
+        short: str = "",
     ) -> tuple[Self, Outcome[A]]:
         """Hold ``amount`` for ``rid`` (until ``now + ttl``, or until released), or reject it
-        when less is available. A known ``rid`` is answered as before."""
+        when less is available, noting ``short``. A known ``rid`` is answered as before."""
         if amount < 0:
             raise ValueError(f"a hold of {amount} for {rid}: amounts are never negative")
         if self.knows(rid):
             return self, self.status(rid)
         if self.available < amount:
-            return self._close(rid, "rejected", amount, now, keep), Outcome(rid, "rejected", amount)
+            return self.refuse(rid, amount, now, keep, note=short)
         expires_at = None if ttl is None else now + ttl
         hold = Hold[A](amount=amount, expires_at=expires_at, saga_id=saga_id, reply_to=reply_to)
         new = self.model_copy(update={"holds": {**self.holds, rid: hold}})
         return new, Outcome(rid, "held", amount, hold=hold)
 
     def refuse(
-        self, rid: str, amount: A, now: datetime, keep: Retention
+        self, rid: str, amount: A, now: datetime, keep: Retention, note: str = ""
     ) -> tuple[Self, Outcome[A]]:
-        """Close ``rid`` as rejected by a rule of the caller's (not the amount), so a repeat
-        is answered the same. A known ``rid`` is answered as before."""
+        """Close ``rid`` as rejected (by a rule of the caller's, said in ``note``), so a
+        repeat is answered the same. A known ``rid`` is answered as before."""
         if self.knows(rid):
             return self, self.status(rid)
-        return self._close(rid, "rejected", amount, now, keep), Outcome(rid, "rejected", amount)
+        new = self._close(rid, Closed(outcome="rejected", amount=amount, note=note), now, keep)
+        return new, Outcome(rid, "rejected", amount, note=note)
 
-    def commit(self, rid: str, now: datetime, keep: Retention) -> tuple[Self, Outcome[A]]:
-        """Confirm ``rid``'s hold: its amount leaves ``on_hand``. Anything but an open hold
-        is answered as before (``unknown`` if never held)."""
+    def commit(
+        self,
+        rid: str,
+        now: datetime,
+        keep: Retention,
+        *,
+        keep_open: bool = False,
+        amount: A | None = None,
+    ) -> tuple[Self, Outcome[A]]:
+        """Confirm ``rid``'s hold: its amount leaves ``on_hand`` (``confirmed``), or, with
+        ``keep_open``, stays counted as ``committed`` until released. ``amount`` commits
+        another amount than was held (the difference comes from, or goes back to, what is
+        available). Anything but an open hold is answered as before."""
         hold = self.holds.get(rid)
         if hold is None:
             return self, self.status(rid)
-        spent = self.model_copy(update={"on_hand": self.on_hand - hold.amount})
-        new = spent._close(rid, "confirmed", hold.amount, now, keep)
-        return new, Outcome(rid, "confirmed", hold.amount, hold=hold)
+        amount = hold.amount if amount is None else amount
+        if not 0 <= amount <= hold.amount + self.available:
+            raise ValueError(f"{rid}: {amount} cannot be committed on a hold of {hold.amount}")
+        holds = {k: v for k, v in self.holds.items() if k != rid}
+        if keep_open:
+            kept = self.model_copy(
+                update={"holds": holds, "committed": {**self.committed, rid: amount}}
+            )
+            return kept, Outcome(rid, "committed", amount, hold=hold)
+        spent = self.model_copy(update={"on_hand": self.on_hand - amount})
+        new = spent._close(rid, Closed("confirmed", amount), now, keep)
+        return new, Outcome(rid, "confirmed", amount, hold=hold)
 
-    def release(self, rid: str, now: datetime, keep: Retention) -> tuple[Self, Outcome[A]]:
-        """Give ``rid`` back: a hold is cancelled, a remembered commit refunded (its amount
-        returns to ``on_hand``). An unknown ``rid`` leaves a tombstone; anything else closed
-        is answered as before."""
+    def release(
+        self, rid: str, now: datetime, keep: Retention, note: str = ""
+    ) -> tuple[Self, Outcome[A]]:
+        """Give ``rid`` back: a hold is cancelled, a commitment refunded (a consumed one, while
+        remembered, returns to ``on_hand``), ``note`` kept with it. An unknown ``rid`` leaves
+        a tombstone; anything else closed is answered as before."""
         if (hold := self.holds.get(rid)) is not None:
-            new = self._close(rid, "cancelled", hold.amount, now, keep)
-            return new, Outcome(rid, "cancelled", hold.amount, hold=hold)
+            new = self._close(rid, Closed("cancelled", hold.amount, note=note), now, keep)
+            return new, Outcome(rid, "cancelled", hold.amount, hold=hold, note=note)
+        if (amount := self.committed.get(rid)) is not None:
+            new = self._close(rid, Closed("refunded", amount, note=note), now, keep)
+            return new, Outcome(rid, "refunded", amount, note=note)
         closed = self.closed.get(rid)
         if closed is not None and closed.outcome == "confirmed":
             back = self.model_copy(update={"on_hand": self.on_hand + closed.amount})
-            new = back._close(rid, "refunded", closed.amount, now, keep)
-            return new, Outcome(rid, "refunded", closed.amount)
+            new = back._close(rid, Closed("refunded", closed.amount, note=note), now, keep)
+            return new, Outcome(rid, "refunded", closed.amount, note=note)
         if closed is not None:
             return self, self.status(rid)
-        zero = self.on_hand - self.on_hand
-        return self._close(rid, "tombstone", zero, now, keep), Outcome(rid, "tombstone", zero)
+        tombstone = Closed("tombstone", self._zero, note=note)
+        return self._close(rid, tombstone, now, keep), Outcome(
+            rid, "tombstone", self._zero, note=note
+        )
 
     def due(self, now: datetime) -> tuple[str, ...]:
         """The holds whose TTL has passed at ``now``, the earliest first."""
@@ -223,7 +274,7 @@ class Reservations(BaseModel, Generic[A]):
         before. :meth:`expire` does this for every hold :meth:`due`."""
         if (hold := self.holds.get(rid)) is None:
             return self, self.status(rid)
-        new = self._close(rid, "expired", hold.amount, now, keep)
+        new = self._close(rid, Closed("expired", hold.amount), now, keep)
         return new, Outcome(rid, "expired", hold.amount, hold=hold)
 
     def expire(self, now: datetime, keep: Retention) -> tuple[Self, tuple[Outcome[A], ...]]:
@@ -235,8 +286,9 @@ class Reservations(BaseModel, Generic[A]):
         return new, tuple(outcomes)
 
     def restock(self, on_hand: A) -> Self | None:
-        """This value with ``on_hand`` set, or None if that is below what is held."""
-        if on_hand < self.held:
+        """This value with ``on_hand`` set, or None if that is below what is held and
+        committed."""
+        if on_hand < self.held + self.committed_total:
             return None
         return self.model_copy(update={"on_hand": on_hand})
 
@@ -255,11 +307,15 @@ class Reservations(BaseModel, Generic[A]):
 
     # --- closing ---------------------------------------------------------------------
 
-    def _close(self, rid: str, outcome: Ending, amount: A, now: datetime, keep: Retention) -> Self:
+    def _close(self, rid: str, closed: Closed[A], now: datetime, keep: Retention) -> Self:
         """This value with ``rid`` closed now (remembered last), less what is past ``keep``."""
-        holds = {k: v for k, v in self.holds.items() if k != rid}
-        closed = self.closed.put(rid, Closed(outcome, amount, epoch_seconds(now)))
-        return self.model_copy(update={"holds": holds, "closed": _pruned(closed, now, keep)})
+        history = self.closed.put(rid, closed._replace(at=epoch_seconds(now)))
+        update: dict[str, Any] = {"closed": _pruned(history, now, keep)}
+        if rid in self.holds:
+            update["holds"] = {k: v for k, v in self.holds.items() if k != rid}
+        if rid in self.committed:
+            update["committed"] = {k: v for k, v in self.committed.items() if k != rid}
+        return self.model_copy(update=update)
 
 
 def _pruned(closed: History[Closed[A]], now: datetime, keep: Retention) -> History[Closed[A]]:

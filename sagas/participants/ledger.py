@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from pydantic import SerializerFunctionWrapHandler, field_serializer, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_serializer, field_validator
 
 from sagas.contracts import ledger as c
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
@@ -35,6 +35,8 @@ __all__ = ["CapacityLedger", "Closed", "LedgerState"]
 
 class LedgerState(Reservations[int]):
     on_hand: int = 0
+    committed: dict[str, int] = Field(default_factory=dict, exclude=True)
+    """Always empty: a sale is consumed (``on_hand`` falls), never kept open; not stored."""
 
     @property
     def reserved(self) -> int:

@@ -52,7 +52,9 @@ def apply(
             ttl = None if op.amount % 2 else timedelta(seconds=20)
             new, outcome = state.hold(op.rid, op.amount, now, keep, ttl=ttl)
         case "commit":
-            new, outcome = state.commit(op.rid, now, keep)
+            # Even ids keep their commitment open (a seat), odd ones consume it (a sale).
+            keep_open = int(op.rid[1:]) % 2 == 0
+            new, outcome = state.commit(op.rid, now, keep, keep_open=keep_open)
         case "release":
             new, outcome = state.release(op.rid, now, keep)
         case "refuse":
@@ -62,10 +64,17 @@ def apply(
     return new, (outcome,)
 
 
-def committed_by(outcomes: tuple[Outcome[int], ...]) -> int:
-    """What these outcomes took out of on_hand for good (a refund gives it back)."""
-    sign = {"confirmed": 1, "refunded": -1}
-    return sum(sign.get(o.kind, 0) * (o.amount or 0) for o in outcomes if not o.repeat)
+def consumed_by(state: Reservations[int], outcomes: tuple[Outcome[int], ...]) -> int:
+    """What these outcomes took out of on_hand for good (``state`` is the value before)."""
+    consumed = 0
+    for o in outcomes:
+        if o.repeat or o.amount is None:
+            continue
+        if o.kind == "confirmed":
+            consumed += o.amount
+        elif o.kind == "refunded" and o.rid not in state.committed:  # a consumed one's
+            consumed -= o.amount
+    return consumed
 
 
 # --- properties ---------------------------------------------------------------------------
@@ -74,13 +83,13 @@ def committed_by(outcomes: tuple[Outcome[int], ...]) -> int:
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 12), ops)
 def test_available_held_and_committed_always_add_up_to_what_was_on_hand(capacity, sequence):
-    state, seconds, committed = Reservations[int](on_hand=capacity), 0.0, 0
+    state, seconds, consumed = Reservations[int](on_hand=capacity), 0.0, 0
     for op in sequence:
         seconds += op.after
-        state, outcomes = apply(state, op, seconds)
-        committed += committed_by(outcomes)
-        assert state.available + state.held + committed == capacity
-        assert 0 <= state.held <= state.on_hand
+        before, (state, outcomes) = state, apply(state, op, seconds)
+        consumed += consumed_by(before, outcomes)
+        assert state.available + state.held + state.committed_total + consumed == capacity
+        assert 0 <= state.held + state.committed_total <= state.on_hand
 
 
 @settings(max_examples=300, deadline=None)
@@ -124,7 +133,7 @@ def test_closed_reservations_are_kept_within_the_window_and_the_period_and_no_lo
         seconds += op.after
         state, outcomes = apply(state, op, seconds)
         for outcome in outcomes:
-            if outcome.kind not in ("held", "unknown") and not outcome.repeat:
+            if outcome.kind not in ("held", "committed", "unknown") and not outcome.repeat:
                 answers.pop(outcome.rid, None)  # the latest close is the newest
                 answers[outcome.rid] = (outcome.kind, seconds)
     state = state.forget(at(seconds), KEEP)
@@ -133,7 +142,7 @@ def test_closed_reservations_are_kept_within_the_window_and_the_period_and_no_lo
     assert all(closed.at >= cutoff for closed in state.closed.values())
     # Within both bounds, every closed reservation is still answered as it closed.
     for rid, (kind, closed_at) in list(answers.items())[-KEEP.window :]:
-        if closed_at > seconds - KEEP.period.total_seconds() and rid not in state.holds:
+        if closed_at > seconds - KEEP.period.total_seconds():
             assert state.status(rid).kind == kind
 
 
@@ -182,6 +191,46 @@ def test_amounts_may_be_decimal_and_stay_decimal_through_storage():
     assert stored == money and stored.on_hand == Decimal("69.75")
     assert stored.closed["t-1"] == Closed("confirmed", Decimal("30.25"), epoch_seconds(at(1)))
     assert isinstance(stored.holds["t-2"].amount, Decimal)
+
+
+def test_a_commitment_kept_open_counts_until_released_however_long_after():
+    state, _ = Reservations[int](on_hand=10).hold("seat", 4, at(0), KEEP)
+    state, kept = state.commit("seat", at(1), KEEP, keep_open=True)
+    assert (kept.kind, state.on_hand, state.committed_total, state.available) == (
+        "committed",
+        10,
+        4,
+        6,
+    )
+    state = state.forget(at(10**6), KEEP)  # no retention applies to what is open
+    assert state.status("seat").kind == "committed" and state.restock(3) is None
+    state, refunded = state.release("seat", at(10**6), KEEP, note="dropped")
+    assert (refunded.kind, state.available, state.status("seat").note) == (
+        "refunded",
+        10,
+        "dropped",
+    )
+
+
+def test_a_commit_of_another_amount_takes_or_gives_back_the_difference():
+    state, _ = Reservations[int](on_hand=10).hold("t", 2, at(0), KEEP)
+    more, _ = state.commit("t", at(1), KEEP, keep_open=True, amount=5)
+    less, _ = state.commit("t", at(1), KEEP, amount=1)
+    assert (more.available, less.on_hand, less.available) == (5, 9, 9)
+    with pytest.raises(ValueError, match="cannot be committed"):
+        state.commit("t", at(1), KEEP, amount=11)
+
+
+def test_a_refusal_keeps_its_note_to_answer_a_repeat_with_it():
+    state, first = Reservations[int](on_hand=1).hold("a", 2, at(0), KEEP, short="only 1 left")
+    state, again = state.hold("a", 1, at(1), KEEP)
+    assert (first.note, again.kind, again.note) == ("only 1 left", "rejected", "only 1 left")
+    state, ruled = state.refuse("b", 1, at(1), KEEP, note="already enrolled")
+    assert (ruled.kind, state.available, state.status("b").note) == (
+        "rejected",
+        1,
+        "already enrolled",
+    )
 
 
 def test_negative_amounts_are_a_programming_error():
