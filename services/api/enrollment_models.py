@@ -30,7 +30,10 @@ StudentIdField = Field(min_length=1, max_length=e.MAX_ID, pattern=ENTITY_ID)
 class CourseRequest(BaseModel):
     """The body of PUT /courses/{course_id}."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"title": "Physics", "capacity": 3, "credits": 4}]},
+    )
     title: str = Field(min_length=1, max_length=200, pattern=TEXT)
     capacity: WholeNumber = Field(
         ge=0, le=e.MAX_SEATS, description="Seats; below the seats taken it is refused"
@@ -44,7 +47,9 @@ class CourseRequest(BaseModel):
 class StudentRequest(BaseModel):
     """The body of PUT /students/{student_id}."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "Ada", "max_credits": 12}]}
+    )
     name: str = Field(min_length=1, max_length=200, pattern=TEXT)
     max_credits: WholeNumber = Field(
         ge=0, le=MAX_COUNT, description="Credits the student may hold at once"
@@ -57,7 +62,9 @@ class StudentRequest(BaseModel):
 class EnrollRequest(BaseModel):
     """The body of POST /enrollments."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"student_id": "s-1", "course_id": "k-1"}]}
+    )
     student_id: str = StudentIdField
     course_id: str = CourseIdField
     waitlist: StrictBool = Field(
@@ -73,7 +80,9 @@ class EnrollRequest(BaseModel):
 class TransferRequest(BaseModel):
     """The body of POST /enrollments/{enrollment_id}/transfer."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"course_id": "k-2"}]}
+    )
     course_id: str = CourseIdField
 
     def command(self) -> e.Transfer:

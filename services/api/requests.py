@@ -91,7 +91,18 @@ class PaymentRequest(BaseModel):
 class OrderRequest(BaseModel):
     """The body of POST /orders: one line per product (merge the quantities of a product)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "customer_id": "c-1",
+                    "lines": [{"product_id": "p-1", "quantity": 1, "unit_price": "9.90"}],
+                    "payment": {"method": "card"},
+                }
+            ]
+        },
+    )
     customer_id: str = Field(min_length=1, max_length=100, pattern=TEXT)
     lines: list[LineRequest] = Field(min_length=1, max_length=100)
     payment: PaymentRequest
@@ -121,7 +132,7 @@ and then fail in the projector, so the API refuses it."""
 class StockRequest(BaseModel):
     """The body of PUT /products/{id}/stock: ``SetCapacity`` with the read model's bound."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"on_hand": 3}]})
     on_hand: WholeNumber = Field(ge=0, le=MAX_ON_HAND, description="Units on hand from now on")
 
     def command(self) -> SetCapacity:
