@@ -25,20 +25,32 @@ The kit is pure, like everything it builds on: ``decide`` below is the saga's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from sagas.machinery.legs import AWAITING, TAKEN, Leg, Outcome, Port, checked_copy
+from sagas.machinery.legs import AWAITING, TAKEN, Leg, LegStatus, Outcome, Port, checked_copy
 from sagas.machinery.process import Command, Context, Decision, Fact
 from sagas.machinery.statuses import SagaStatuses
 from sagas.messages import Message
 
 STEP_DEADLINE = "step"
 Action = Literal["release", "hold", "confirm"]
+_ASKED_IN: dict[Action, frozenset[str]] = {
+    "release": TAKEN,
+    "hold": frozenset({"none"}),
+    "confirm": frozenset({"held"}),
+}
+"""The legs a step's action asks for: those it applies to."""
+_ASKED: dict[Action, LegStatus] = {
+    "release": "releasing",
+    "hold": "pending",
+    "confirm": "confirming",
+}
 
 
 class SagaState(BaseModel):
@@ -57,6 +69,7 @@ class SagaState(BaseModel):
 
 
 S = TypeVar("S", bound=SagaState)
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -68,11 +81,10 @@ class Step:
     forward: bool = False
     """Past the pivot: a timeout asks again, a refusal compensates nothing."""
 
-    def acts(self) -> Iterator[tuple[Action, str]]:
+    @cached_property
+    def acts(self) -> tuple[tuple[Action, str], ...]:
         """What the step does to which legs, in the order its commands go out."""
-        for action in ("release", "hold", "confirm"):
-            for field in getattr(self, action):
-                yield action, field
+        return tuple((a, f) for a in ("release", "hold", "confirm") for f in getattr(self, a))
 
     def fields(self) -> tuple[str, ...]:
         return (*self.release, *self.hold, *self.confirm)
@@ -94,7 +106,7 @@ class Flow:
         if any(s.forward and s.hold for s in self.steps):
             raise ValueError("a step past the pivot cannot hold: it may only go forward")
 
-    @property
+    @cached_property
     def statuses(self) -> frozenset[str]:
         return frozenset(s.status for s in self.steps) | self.waits
 
@@ -185,11 +197,11 @@ class Saga(Generic[S]):
 
     def failed(self, state: S, flow: Flow | None, reason: str) -> S:
         """The state a failure (``flow``) or an abort (None) leaves, legs already released."""
-        return state.but(reason=reason)
+        return _with(state, reason=reason)
 
     def finished(self, state: S, flow: Flow) -> S:
         """The state a flow that reached its ``done`` status leaves."""
-        return state.but(reason=None)
+        return _with(state, reason=None)
 
     # --- the Process protocol -------------------------------------------------------------
 
@@ -233,7 +245,7 @@ class Saga(Generic[S]):
             return self.fail(state, ctx, "timeout")
         again = [
             self._ask(state, action, field, leg, ctx, None)
-            for action, field in step.acts()
+            for action, field in step.acts
             for _, _, leg in self._legs_of(state, field)
             if leg.status in AWAITING
         ]
@@ -270,7 +282,7 @@ class Saga(Generic[S]):
     ) -> Decision[S]:
         """A status in which no answer is awaited (a final one, or one resting between
         commands): announced, and no step deadline runs."""
-        state = state.but(status=self._known(status))
+        state = _with(state, status=self._known(status))
         return Decision(
             state,
             send=send,
@@ -300,7 +312,7 @@ class Saga(Generic[S]):
         send: list[Command] = []
         while index < len(flow.steps):
             step = flow.steps[index]
-            for action, field in step.acts():
+            for action, field in step.acts:
                 state = self._act(state, action, field, ctx, cause, send)
             if self._awaiting(state, step):
                 break
@@ -308,7 +320,7 @@ class Saga(Generic[S]):
         if index == len(flow.steps):
             return self.settle(self.finished(state, flow), flow.done, ctx, tuple(send))
         moved = step.status != state.status
-        state = state.but(status=self._known(step.status), step=index)
+        state = _with(state, status=self._known(step.status), step=index)
         events = (Fact(self.status_event(state), ctx.key),) if moved and not silent else ()
         return Decision(state, send=tuple(send), events=events, set_deadlines=self._deadline(ctx))
 
@@ -322,12 +334,12 @@ class Saga(Generic[S]):
         send: list[Command],
     ) -> S:
         """Send ``action`` for every leg of ``field`` it applies to."""
-        wants = {"release": TAKEN, "hold": {"none"}, "confirm": {"held"}}[action]
-        after = {"release": "releasing", "hold": "pending", "confirm": "confirming"}[action]
-        for index, _, leg in [x for x in self._legs_of(state, field) if x[2].status in wants]:
+        asked = _ASKED[action]
+
+        def ask(leg: Leg) -> None:
             send.append(self._ask(state, action, field, leg, ctx, cause))
-            state = self._put(state, field, index, leg.but(status=after))
-        return state
+
+        return self._each(state, field, _ASKED_IN[action], asked, ask)
 
     def _ask(
         self, state: S, action: Action, field: str, leg: Leg, ctx: Context, cause: Message | None
@@ -349,11 +361,33 @@ class Saga(Generic[S]):
         """Release every leg of ``fields`` that may be held; the answers are not awaited."""
         send: list[Command] = []
         for field in fields:
-            for index, _, leg in list(self._legs_of(state, field)):
-                if leg.status in TAKEN:
-                    send.append(self._ask(state, "release", field, leg, ctx, None))
-                    state = self._put(state, field, index, leg.but(status="released"))
+
+            def ask(leg: Leg, field: str = field, state: S = state) -> None:
+                send.append(self._ask(state, "release", field, leg, ctx, None))
+
+            state = self._each(state, field, TAKEN, "released", ask)
         return state, tuple(send)
+
+    def _each(
+        self,
+        state: S,
+        field: str,
+        wants: frozenset[str],
+        after: LegStatus,
+        ask: Callable[[Leg], None],
+    ) -> S:
+        """Ask for every leg of ``field`` in ``wants`` and put it in ``after``: one update."""
+        value = getattr(state, field)
+        legs: tuple[Leg, ...] = value if isinstance(value, tuple) else (value,) if value else ()
+        if not any(leg.status in wants for leg in legs):
+            return state
+        new = []
+        for leg in legs:
+            if leg.status in wants:
+                ask(leg)
+                leg = _with(leg, status=after)
+            new.append(leg)
+        return _with(state, **{field: tuple(new) if isinstance(value, tuple) else new[0]})
 
     def _awaiting(self, state: S, step: Step) -> bool:
         return any(
@@ -369,9 +403,9 @@ class Saga(Generic[S]):
 
     def _put(self, state: S, field: str, index: int | None, leg: Leg) -> S:
         if index is None:
-            return state.but(**{field: leg})
+            return _with(state, **{field: leg})
         legs = getattr(state, field)
-        return state.but(**{field: (*legs[:index], leg, *legs[index + 1 :])})
+        return _with(state, **{field: (*legs[:index], leg, *legs[index + 1 :])})
 
     def _answer_of(self, message: Message) -> tuple[str, Outcome | None] | None:
         return self._ANSWERS.get(type(message))
@@ -395,3 +429,10 @@ class Saga(Generic[S]):
         if status not in self.STATUSES.statuses:
             raise ValueError(f"{type(self).__name__}: {status!r} is not one of its STATUSES")
         return status
+
+
+def _with(model: M, **changes: Any) -> M:
+    """The kit's own updates: fields it declares, values it made. Validating a new instance
+    costs less than ``model_copy`` (which deep-copies its bookkeeping): 5.5 against 7.5 us
+    for an enrollment's state here."""
+    return type(model).model_validate({**model.__dict__, **changes})
