@@ -1,18 +1,27 @@
-"""A short scripted run that shows each saga outcome: confirmed, rejected, declined, cancelled;
-then an enrollment story (``sagaline.enrollment_demo``)."""
+"""A short scripted run: each domain's story (the module its declaration names as ``demo``:
+``sagaline.order_demo`` shows each order outcome, ``sagaline.enrollment_demo`` a full course),
+told through the REST API and read back from it."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import click
 import httpx
 
 from runtime.settings import Settings
-from sagaline.enrollment_demo import run_enrollment_story
+from sagas.domains import DOMAINS
+from sagas.machinery.domain import Domain
 from services.api.queries import MAX_WAIT_S
+
+Story = Callable[[httpx.AsyncClient, str, float], Awaitable[bool]]
+"""A domain's demo story: the client, this run's suffix for fresh ids, the seconds it may
+wait for outcomes; True when every step ended as it says."""
 
 
 async def _wait_for_api(http: httpx.AsyncClient, timeout: float) -> None:
@@ -31,98 +40,47 @@ async def _wait_for_api(http: httpx.AsyncClient, timeout: float) -> None:
 async def run_demo(
     settings: Settings, base_url: str, timeout: float, key: str | None = None
 ) -> bool:
-    """Place the scenarios, then read every outcome back through the query API, sending
-    ``key`` as the API key (``make run`` creates one: `sagaline keys local`).
+    """Tell every domain's story (``Domain.demo``), in domain order, through the REST API,
+    sending ``key`` as the API key (``make run`` creates one: `sagaline keys local`).
 
     ``settings`` is kept for the CLI's call; everything here goes through HTTP.
     """
+    stories = [story_of(d, d.demo) for d in DOMAINS if d.demo is not None]
     headers = {} if key is None else {"Authorization": f"Bearer {key}"}
     run = uuid.uuid4().hex[:6]
-    widget, gadget = f"widget-{run}", f"gadget-{run}"
-    scenarios = {
-        "2 widgets, paid by card": ([(widget, 2)], "card"),
-        "2 gadgets (only 1 in stock)": ([(gadget, 2)], "card"),
-        "1 widget, card declined": ([(widget, 1)], "decline"),
-        "1 widget + 1 gadget": ([(widget, 1), (gadget, 1)], "card"),
-    }
+    told = True
     async with httpx.AsyncClient(
         base_url=base_url, timeout=MAX_WAIT_S + 10, headers=headers
     ) as http:
         await _wait_for_api(http, timeout)
-        for product, on_hand in ((widget, 5), (gadget, 1)):
-            response = await http.put(f"/products/{product}/stock", json={"on_hand": on_hand})
-            if response.status_code in (401, 403):
+        for story in stories:
+            try:
+                told = await story(http, run, timeout) and told
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code not in (401, 403):
+                    raise
                 raise click.ClickException(
-                    f"the API refused the demo: {response.json()['message']} "
+                    f"the API refused the demo: {exc.response.json()['message']} "
                     "(`sagaline keys local` writes a key for it to .local/api-key)"
-                )
-            response.raise_for_status()
-        placed: dict[str, tuple[str, str]] = {}
-        for label, (lines, method) in scenarios.items():
-            body = {
-                "customer_id": f"demo-{run}",
-                "lines": [{"product_id": p, "quantity": q, "unit_price": "9.90"} for p, q in lines],
-                "payment": {"method": method},
-            }
-            response = await http.post("/orders", json=body)
-            response.raise_for_status()
-            accepted = response.json()
-            placed[label] = (accepted["order_id"], accepted["consistency_token"])
-            click.echo(f"placed   {label:32} -> order {accepted['order_id']}")
-        deadline = asyncio.get_running_loop().time() + timeout
-        outcomes = await asyncio.gather(
-            *(_final_order(http, order_id, token, deadline) for order_id, token in placed.values())
+                ) from None
+    return told
+
+
+def story_of(domain: Domain[Any], name: str) -> Story:
+    """The ``story`` coroutine of the module a domain names as its demo; a ValueError names
+    the domain and what is missing."""
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not name.startswith(exc.name):
+            raise  # the module exists and fails an import of its own
+        raise ValueError(
+            f"domain {domain.name!r} names demo module {name!r}, which does not exist"
+        ) from exc
+    story = getattr(module, "story", None)
+    if not inspect.iscoroutinefunction(story):
+        raise ValueError(
+            f"domain {domain.name!r}: its demo module {name!r} must export story, a "
+            "coroutine function (http, run, timeout) -> bool"
         )
-        for label, order in zip(placed, outcomes, strict=True):
-            click.echo(f"outcome  {label:32} -> {_describe(order)}")
-        await _show_why(http, placed["1 widget, card declined"][0])
-        for product in (widget, gadget):
-            stock = (await http.get(f"/products/{product}/stock")).json()
-            click.echo(
-                f"stock    {product:32} -> on hand {stock.get('on_hand')}, "
-                f"reserved {stock.get('reserved')}, available {stock.get('available')}"
-            )
-        told = await run_enrollment_story(http, run, timeout)
-    return told and all(order is not None and order["final"] for order in outcomes)
-
-
-async def _final_order(
-    http: httpx.AsyncClient, order_id: str, token: str, deadline: float
-) -> dict[str, Any] | None:
-    """GET /orders/{id}?wait=... with the consistency token, until a final status or the
-    deadline (a 504 only means the projector is still catching up)."""
-    order: dict[str, Any] | None = None
-    loop = asyncio.get_running_loop()
-    while (left := deadline - loop.time()) > 0:
-        wait = min(left, MAX_WAIT_S)
-        try:
-            response = await http.get(
-                f"/orders/{order_id}", params={"wait": f"{wait:.1f}", "consistency_token": token}
-            )
-        except httpx.HTTPError:
-            await asyncio.sleep(0.5)
-            continue
-        if response.status_code == 200:
-            order = response.json()
-            if order["final"]:
-                return order
-        else:
-            await asyncio.sleep(0.2)
-    return order
-
-
-async def _show_why(http: httpx.AsyncClient, saga_id: str) -> None:
-    """The saga's timeline: every step, so the outcome explains itself."""
-    response = await http.get(f"/sagas/{saga_id}")
-    if response.status_code != 200:
-        return
-    for step in response.json()["steps"]:
-        click.echo(f"  step   {step['entity_key'][:38]:38} {step['summary']}")
-
-
-def _describe(order: dict[str, Any] | None) -> str:
-    if order is None:
-        return "not projected yet (is `sagaline projector` running?)"
-    if not order["final"]:
-        return f"{order['status']} (no final status yet)"
-    return f"{order['status']} ({order['reason']})" if order["reason"] else order["status"]
+    return cast(Story, story)

@@ -12,32 +12,32 @@ import httpx
 from services.api.queries import MAX_WAIT_S
 
 
-async def run_enrollment_story(http: httpx.AsyncClient, run: str, timeout: float) -> bool:
+async def story(http: httpx.AsyncClient, run: str, timeout: float) -> bool:
     """True when every step ended as the story says."""
-    story = _Story(http, asyncio.get_running_loop().time() + timeout)
+    told = _Story(http, asyncio.get_running_loop().time() + timeout)
     algebra, poetry = f"algebra-{run}", f"poetry-{run}"
-    await story.put(f"/courses/{algebra}", {"title": "Algebra", "capacity": 2, "credits": 3})
-    await story.put(f"/courses/{poetry}", {"title": "Poetry", "capacity": 2, "credits": 2})
+    await told.put(f"/courses/{algebra}", {"title": "Algebra", "capacity": 2, "credits": 3})
+    await told.put(f"/courses/{poetry}", {"title": "Poetry", "capacity": 2, "credits": 2})
     ana, ben, cy = (f"{name}-{run}" for name in ("ana", "ben", "cy"))
     for student in (ana, ben, cy):
-        await story.put(f"/students/{student}", {"name": student, "max_credits": 9})
+        await told.put(f"/students/{student}", {"name": student, "max_credits": 9})
     click.echo(f"course   {algebra} has 2 seats; {ana}, {ben} and {cy} enroll in it")
-    enrolled = [await story.enroll(student, algebra) for student in (ana, ben, cy)]
+    enrolled = [await told.enroll(student, algebra) for student in (ana, ben, cy)]
     ok = [e["status"] for e in enrolled] == ["ENROLLED", "ENROLLED", "WAITLISTED"]
-    await story.roster(algebra)
+    await told.roster(algebra)
 
     click.echo(f"drop     {ana} drops {algebra}: the first in line takes the seat")
-    dropped = await story.command("DELETE", f"/enrollments/{enrolled[0]['enrollment_id']}")
-    promoted = await story.until(enrolled[2]["enrollment_id"], "ENROLLED")
+    dropped = await told.command("DELETE", f"/enrollments/{enrolled[0]['enrollment_id']}")
+    promoted = await told.until(enrolled[2]["enrollment_id"], "ENROLLED")
     ok = ok and dropped["status"] == "DROPPED" and promoted["status"] == "ENROLLED"
-    await story.roster(algebra)
+    await told.roster(algebra)
 
     click.echo(f"transfer {ben} moves to {poetry}, keeping the old seat until the new one is his")
     path = f"/enrollments/{enrolled[1]['enrollment_id']}/transfer"
-    moved = await story.command("POST", path, {"course_id": poetry})
+    moved = await told.command("POST", path, {"course_id": poetry})
     ok = ok and (moved["status"], moved["course_id"]) == ("ENROLLED", poetry)
-    await story.roster(algebra)
-    await story.roster(poetry)
+    await told.roster(algebra)
+    await told.roster(poetry)
     return ok
 
 

@@ -62,5 +62,6 @@ DOMAIN = Domain(
     saga_types=(
         SagaType(entity_type="enrollment", statuses=EnrollmentSaga.STATUSES, model=ENROLLMENTS),
     ),
+    demo="sagaline.enrollment_demo",
     api="services.api.enrollments",
 )

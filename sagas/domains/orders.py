@@ -68,5 +68,6 @@ DOMAIN = Domain(
     processes=processes,
     read_models=(ORDERS, PRODUCT_STOCK),
     saga_types=(SagaType(entity_type="order", statuses=OrderSaga.STATUSES, model=ORDERS),),
+    demo="sagaline.order_demo",
     api="services.api.orders",
 )

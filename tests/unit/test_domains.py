@@ -1,9 +1,11 @@
 """Each domain declared once (``sagas.domains``): what it declares is what the catalog, the
-wiring, the contract registry and the API serve, and a declaration that collides with
-another, or names an API module that is missing or incomplete, is refused with a sentence."""
+wiring, the contract registry, the API and the demo serve, and a declaration that collides
+with another, or names an API or demo module that is missing or incomplete, is refused with
+a sentence."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,6 +17,7 @@ from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
 from runtime.settings import Settings
+from sagaline.demo import story_of
 from sagaline.wiring import build_processes
 from sagas import catalog
 from sagas.contracts import system
@@ -156,3 +159,15 @@ def test_an_api_module_without_its_routers_or_their_tags_is_refused(api_module: 
 
 def _none(_: Any) -> list[Any]:
     return []
+
+
+def test_every_domain_s_demo_module_tells_a_story_and_a_missing_one_is_refused(
+    api_module: ModuleType,
+) -> None:
+    for domain in DOMAINS:
+        if domain.demo is not None:
+            assert inspect.iscoroutinefunction(story_of(domain, domain.demo)), domain.name
+    with pytest.raises(ValueError, match=r"domain 'orders' names demo module 'sagaline.nope'"):
+        story_of(ORDERS, "sagaline.nope")
+    with pytest.raises(ValueError, match=r"demo module 'tests.unit.fake_domain_api' must export"):
+        story_of(ORDERS, api_module.__name__)
