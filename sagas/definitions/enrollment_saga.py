@@ -159,10 +159,11 @@ class EnrollmentSaga(Saga[EnrollmentState]):
             if field == "new_seat":
                 return self.fail(waiting, ctx, "course full")
             return self.settle(waiting.but(position=message.position), "WAITLISTED", ctx)
-        if isinstance(message, e.WaitlistMoved) and leg.status == "waitlisted":
-            if message.position != state.position:
-                return self.settle(state.but(position=message.position), "WAITLISTED", ctx)
-        return Decision(state)
+        if not isinstance(message, e.WaitlistMoved) or leg.status != "waitlisted":
+            return Decision(state)
+        if message.position == state.position:
+            return Decision(state)
+        return self.settle(state.but(position=message.position), "WAITLISTED", ctx)
 
     def on_answer(
         self, state: EnrollmentState, field: str, leg: Leg, message: Message
