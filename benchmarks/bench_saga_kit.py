@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import sagas.contracts  # noqa: F401  (registers every contract)
+import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from benchmarks.common import machine
 from sagas.definitions.enrollment_saga import EnrollmentSaga
 from sagas.definitions.order_saga import OrderSaga
