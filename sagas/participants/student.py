@@ -1,10 +1,12 @@
 """The student participant: may this student take this course, and their credits.
 
 Keyed by student id, so every credit hold of one student is decided in order: two
-enrollments cannot both take the last credits. Credits are held per reservation id (an
-enrollment's seat request) and confirmed or released like a ledger's units, idempotent by
-that id; a transfer's hold *replaces* the enrollment's current reservation, so only the
-difference is held and confirming it swaps the two.
+enrollments cannot both take the last credits. The credits are
+:class:`~sagas.machinery.reservations.Reservations` of ``max_credits``: a hold per
+reservation id (an enrollment's seat request), confirmed as a commitment kept open for as
+long as the student stays enrolled, released as cancelled or refunded, idempotent by that
+id. A transfer's hold *replaces* the enrollment's current reservation: only the difference
+is held, and confirming it gives the old one back and commits the new one's credits.
 Invariant after every decision: ``credits_used + credits_held <= max_credits``.
 """
 
@@ -12,65 +14,64 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from sagas.contracts import enrollment as e
 from sagas.machinery.history import History
 from sagas.machinery.process import Context, Decision
+from sagas.machinery.reservations import DEFAULT_RETENTION, Closed, Reservations, Retention
 from sagas.machinery.step import reply
 from sagas.messages import Message
-from sagas.participants.retention import DEFAULT_RETENTION, epoch_seconds, remember
+from sagas.participants.student_records import Credits, Finished, closed_from_words, from_credits
+
+__all__ = ["Credits", "Finished", "StudentCredits", "StudentState"]
 
 
-class Credits(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    enrollment_id: str
-    course_id: str
-    credits: int
-    replaces: str | None = None
+def what(closed: Closed[int]) -> str:
+    """What became of a finished reservation, in the words the replies use."""
+    match closed.outcome:
+        case "rejected":
+            return f"refused: {closed.note}"
+        case "tombstone":
+            return "released before it was held"
+    return closed.note or f"released ({closed.outcome})"
 
 
-class Finished(NamedTuple):
-    """What became of a finished reservation, and when (whole seconds since the epoch; 0:
-    stored before ages were kept). A JSON array, like the ledger's ``Closed``."""
+class StudentState(Reservations[int]):
+    """``on_hand`` is ``max_credits``; ``committed`` the credits of each enrollment."""
 
-    what: str
-    at: int = 0
-
-
-class StudentState(BaseModel):
-    model_config = ConfigDict(frozen=True)
     exists: bool = False
     name: str = ""
-    max_credits: int = 0
-    holds: dict[str, Credits] = {}
-    enrolled: dict[str, Credits] = {}
-    closed: History[Finished] = Field(default_factory=History)
-    """Recently finished reservations, oldest first (kept for the retention, at most
-    ``closed_window``): id -> what became of it, to answer repeats."""
+    on_hand: int = 0
+    courses: dict[str, Credits] = {}
+    """What each open reservation (held or committed) is for."""
+    closed: History[Annotated[Closed[int], BeforeValidator(closed_from_words)]] = Field(
+        default_factory=History
+    )
 
-    @field_validator("closed", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _ageless(cls, closed: Any) -> Any:
-        # Records stored before ages were kept hold the text alone.
-        if isinstance(closed, dict):
-            return {k: [v, 0] if isinstance(v, str) else v for k, v in closed.items()}
-        return closed
+    def _stored_before(cls, data: Any) -> Any:
+        return from_credits(data)
 
-    def holding(self, hold: Credits) -> int:
-        """What a hold adds to the credits taken: a transfer only the difference."""
-        replaced = self.enrolled.get(hold.replaces) if hold.replaces else None
-        return max(0, hold.credits - (replaced.credits if replaced else 0))
+    @property
+    def max_credits(self) -> int:
+        return self.on_hand
+
+    @property
+    def enrolled(self) -> dict[str, Credits]:
+        """The student's enrollments, in the order confirmed."""
+        return {rid: self.courses[rid] for rid in self.committed}
 
     @property
     def credits_used(self) -> int:
-        return sum(c.credits for c in self.enrolled.values())
+        return self.committed_total
 
     @property
     def credits_held(self) -> int:
-        return sum(self.holding(h) for h in self.holds.values())
+        return self.held
 
 
 def totals(state: StudentState) -> dict[str, Any]:
@@ -82,7 +83,7 @@ def totals(state: StudentState) -> dict[str, Any]:
         "credits_held": state.credits_held,
         "enrollments": (
             *(_entry(c, "enrolled") for c in state.enrolled.values()),
-            *(_entry(c, "held") for c in state.holds.values()),
+            *(_entry(state.courses[r], "held") for r in state.holds),
         ),
     }
 
@@ -120,10 +121,13 @@ class StudentCredits:
     entity_type: str = "student"
     closed_window: int = 1000
     retention: timedelta = DEFAULT_RETENTION
-    """Finished reservations are remembered this long (the ledger's ``_remember`` argues
-    the default)."""
+    """Finished reservations are remembered this long (argued on ``Retention``)."""
     max_enrollments: int = e.MAX_STUDENT_ENROLLMENTS
     state_type: type[StudentState] = StudentState
+
+    @property
+    def keep(self) -> Retention:
+        return Retention(self.retention, self.closed_window)
 
     def initial(self, key: str) -> StudentState:
         return StudentState()
@@ -144,17 +148,16 @@ class StudentCredits:
         return Decision(state)  # credit holds end with their saga (its step timeout)
 
     def _set(self, state: StudentState, cmd: e.SetStudent, ctx: Context) -> Decision[StudentState]:
-        taken = state.credits_used + state.credits_held
-        if cmd.max_credits < taken:
+        restocked = state.restock(cmd.max_credits)
+        if restocked is None:
+            taken = state.credits_used + state.credits_held
             refused = e.StudentChangeRefused(
                 **totals(state),
                 requested_max_credits=cmd.max_credits,
                 reason=f"{taken} credits are taken; max_credits cannot go below that",
             )
             return Decision(state, send=reply(ctx, refused), events=(refused,))
-        new = state.model_copy(
-            update={"exists": True, "name": cmd.name, "max_credits": cmd.max_credits}
-        )
+        new = restocked.model_copy(update={"exists": True, "name": cmd.name})
         fact = e.StudentSet(**totals(new))
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
@@ -162,120 +165,95 @@ class StudentCredits:
         self, state: StudentState, cmd: e.HoldCredits, ctx: Context
     ) -> Decision[StudentState]:
         rid = cmd.reservation_id
-        if rid in state.holds or rid in state.enrolled or rid in state.closed:
-            return Decision(state, send=reply(ctx, self._status_of(state, rid)))
+        if state.knows(rid):
+            return Decision(state, send=reply(ctx, _status_of(state, rid)))
         if not state.exists:
             # No student, no stream of theirs: a reply only.
             unknown = e.CreditsRefused(
                 **totals(state), reservation_id=rid, reason=f"unknown student {ctx.key}"
             )
             return Decision(state, send=reply(ctx, unknown))
-        others = [
-            c
-            for r, c in (*state.enrolled.items(), *state.holds.items())
-            if r != cmd.replaces and c.course_id == cmd.course_id
-        ]
-        hold = Credits(
+        replaced = state.committed.get(cmd.replaces or "", 0)
+        needed, taken = max(0, cmd.credits - replaced), state.credits_used + state.credits_held
+        if any(
+            r != cmd.replaces and c.course_id == cmd.course_id for r, c in state.courses.items()
+        ):
+            rule = f"{ctx.key} is already enrolled in {cmd.course_id}"
+            new, outcome = state.refuse(rid, needed, ctx.now, self.keep, note=rule)
+        elif cmd.replaces is None and len(state.courses) >= self.max_enrollments:
+            rule = f"{ctx.key} has {self.max_enrollments} enrollments already"
+            new, outcome = state.refuse(rid, needed, ctx.now, self.keep, note=rule)
+        else:
+            over = f"over max_credits: {taken} taken + {needed} for {cmd.course_id} > "
+            short = f"{over}{state.max_credits}"
+            new, outcome = state.hold(rid, needed, ctx.now, self.keep, short=short)
+        if outcome.kind != "held":
+            refused = e.CreditsRefused(**totals(new), reservation_id=rid, reason=outcome.note)
+            return Decision(new, send=reply(ctx, refused), events=(refused,))
+        credits = Credits(
             enrollment_id=cmd.enrollment_id,
             course_id=cmd.course_id,
             credits=cmd.credits,
             replaces=cmd.replaces,
         )
-        taken, needed = state.credits_used + state.credits_held, state.holding(hold)
-        if others:
-            reason = f"{ctx.key} is already enrolled in {cmd.course_id}"
-        elif (
-            cmd.replaces is None and len(state.holds) + len(state.enrolled) >= self.max_enrollments
-        ):
-            reason = f"{ctx.key} has {self.max_enrollments} enrollments already"
-        elif taken + needed > state.max_credits:
-            reason = (
-                f"over max_credits: {taken} taken + {needed} for {cmd.course_id} "
-                f"> {state.max_credits}"
-            )
-        else:
-            new = state.model_copy(update={"holds": {**state.holds, rid: hold}})
-            held = e.CreditsHeld(
-                **totals(new), reservation_id=rid, course_id=cmd.course_id, held=needed
-            )
-            return Decision(new, send=reply(ctx, held), events=(held,))
-        new = self._remember(state, rid, f"refused: {reason}", ctx)
-        refused = e.CreditsRefused(**totals(new), reservation_id=rid, reason=reason)
-        return Decision(new, send=reply(ctx, refused), events=(refused,))
+        new = new.model_copy(update={"courses": {**new.courses, rid: credits}})
+        fact = e.CreditsHeld(
+            **totals(new), reservation_id=rid, course_id=cmd.course_id, held=needed
+        )
+        return Decision(new, send=reply(ctx, fact), events=(fact,))
 
     def _confirm(self, state: StudentState, rid: str, ctx: Context) -> Decision[StudentState]:
-        hold = state.holds.get(rid)
-        if hold is None:
-            if rid in state.enrolled:  # a repeat
-                return Decision(state, send=reply(ctx, self._status_of(state, rid)))
-            what = _what(state, rid)
-            refused = e.CreditsConfirmRefused(**totals(state), reservation_id=rid, reason=what)
+        if rid not in state.holds:
+            if rid in state.committed:  # a repeat
+                return Decision(state, send=reply(ctx, _status_of(state, rid)))
+            refused = e.CreditsConfirmRefused(
+                **totals(state), reservation_id=rid, reason=_what(state, rid)
+            )
             return Decision(state, send=reply(ctx, refused))
-        enrolled = {r: c for r, c in state.enrolled.items() if r != hold.replaces}
-        enrolled[rid] = hold.model_copy(update={"replaces": None})
-        holds = {r: c for r, c in state.holds.items() if r != rid}
-        new = state.model_copy(update={"holds": holds, "enrolled": enrolled})
-        if hold.replaces is not None and hold.replaces in state.enrolled:
-            new = self._remember(new, hold.replaces, "replaced by a transfer", ctx)
-        fact = e.CreditsConfirmed(**totals(new), reservation_id=rid, course_id=hold.course_id)
+        credits, new = state.courses[rid], state
+        courses = {**state.courses, rid: credits.model_copy(update={"replaces": None})}
+        if credits.replaces is not None and credits.replaces in state.committed:
+            # The old reservation's credits come back first: the new ones may be fewer.
+            new, _ = new.release(credits.replaces, ctx.now, self.keep, "replaced by a transfer")
+            del courses[credits.replaces]
+        # At most what is held and free: had the replaced enrollment been released meanwhile
+        # (no saga flow does), its credits must not take the student past max_credits.
+        amount = min(credits.credits, new.holds[rid].amount + new.available)
+        new, _ = new.commit(rid, ctx.now, self.keep, keep_open=True, amount=amount)
+        new = new.model_copy(update={"courses": courses})
+        fact = e.CreditsConfirmed(**totals(new), reservation_id=rid, course_id=credits.course_id)
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
     def _release(self, state: StudentState, rid: str, ctx: Context) -> Decision[StudentState]:
-        if rid in state.holds:
-            credits, reason = state.holds[rid], "cancelled"
-        elif rid in state.enrolled:
-            credits, reason = state.enrolled[rid], "refunded"
-        elif rid in state.closed:
-            return Decision(state)  # already given back
-        else:
-            # A release before its hold: a tombstone, so a late hold is refused.
-            return Decision(self._remember(state, rid, "released before it was held", ctx))
-        new = state.model_copy(
-            update={
-                "holds": {r: c for r, c in state.holds.items() if r != rid},
-                "enrolled": {r: c for r, c in state.enrolled.items() if r != rid},
-            }
-        )
-        new = self._remember(new, rid, f"released ({reason})", ctx)
+        new, released = state.release(rid, ctx.now, self.keep)
+        if released.repeat or released.kind not in ("cancelled", "refunded"):
+            # Already given back, or a release before its hold: a tombstone refuses it.
+            return Decision(new)
+        credits = state.courses[rid]
+        courses = {r: c for r, c in new.courses.items() if r != rid}
+        new = new.model_copy(update={"courses": courses})
         fact = e.CreditsReleased(
             **totals(new),
             reservation_id=rid,
             course_id=credits.course_id,
-            reason=reason,
+            reason="cancelled" if released.kind == "cancelled" else "refunded",
         )
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
-    # --- helpers ------------------------------------------------------------------------
 
-    def _remember(self, state: StudentState, rid: str, what: str, ctx: Context) -> StudentState:
-        entries = remember(
-            state.closed,
-            rid,
-            Finished(what, epoch_seconds(ctx.now)),
-            lambda entry: entry.at,
-            ctx.now,
-            self.retention,
-            self.closed_window,
+def _status_of(state: StudentState, rid: str) -> Message:
+    """The fact that answers a repeated command about ``rid``."""
+    if (hold := state.holds.get(rid)) is not None:
+        course = state.courses[rid].course_id
+        return e.CreditsHeld(
+            **totals(state), reservation_id=rid, course_id=course, held=hold.amount
         )
-        return state.model_copy(update={"closed": entries})
-
-    def _status_of(self, state: StudentState, rid: str) -> Message:
-        """The fact that answers a repeated command about ``rid``."""
-        if (hold := state.holds.get(rid)) is not None:
-            return e.CreditsHeld(
-                **totals(state),
-                reservation_id=rid,
-                course_id=hold.course_id,
-                held=state.holding(hold),
-            )
-        if (enrolled := state.enrolled.get(rid)) is not None:
-            return e.CreditsConfirmed(
-                **totals(state), reservation_id=rid, course_id=enrolled.course_id
-            )
-        what = _what(state, rid)
-        return e.CreditsRefused(**totals(state), reservation_id=rid, reason=what)
+    if rid in state.committed:
+        course = state.courses[rid].course_id
+        return e.CreditsConfirmed(**totals(state), reservation_id=rid, course_id=course)
+    return e.CreditsRefused(**totals(state), reservation_id=rid, reason=_what(state, rid))
 
 
 def _what(state: StudentState, rid: str) -> str:
-    finished = state.closed.get(rid)
-    return "unknown reservation" if finished is None else finished.what
+    closed = state.closed.get(rid)
+    return "unknown reservation" if closed is None else what(closed)
