@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_projections.session import REPO_ROOT, MissingJars, build_session
+from tests.spark.cluster import Cluster, cluster_up
 
 JARS = Path(".local/spark/jars")
 
@@ -69,3 +70,10 @@ def spark() -> Iterator[SparkSession]:
         pytest.fail(str(exc), pytrace=False)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[Cluster]:
+    """A Spark standalone master and two workers on this machine (tests/spark/cluster.py)."""
+    _ensure_jars()
+    yield from cluster_up()
