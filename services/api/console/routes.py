@@ -87,6 +87,9 @@ def install(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     app.state.console_sessions = SessionStore.from_settings(settings)
     app.state.dead_letter_desk = DeadLetterDesk(settings)
+    from services.api.console import definition_pages  # it uses this module's helpers
+
+    app.include_router(definition_pages.router)  # before this router's catch-all
     app.include_router(router)
     app.add_exception_handler(ConsoleError, _refused)  # type: ignore[arg-type]
 
