@@ -38,8 +38,8 @@ class Health(BaseModel):
 
 
 DESCRIPTION = """\
-Commands start and steer sagas (orders, enrollments) and answer 202 at once with a
-consistency token; the sagas run over Kafka. Queries read the read models the projector
+Commands start and steer sagas (each domain's under its own tags) and answer 202 at once
+with a consistency token; the sagas run over Kafka. Queries read the read models the projector
 keeps; pass a command's token to a query to read your own write. Every route but
 `/healthz` needs an API key (`Authorization: Bearer <key>`) with the route's scope:
 `commands`, `read`. Every error answer is `{"message", "detail"}`."""
