@@ -55,9 +55,10 @@ class ProcessChannel:
 class Domain(Generic[P]):
     """One business domain. ``processes`` builds one process per channel, named by it.
 
-    ``api`` names the module holding its routers: it exports ``COMMAND_ROUTERS`` (scope
-    "commands") and ``QUERY_ROUTERS`` (scope "read"), tuples of FastAPI routers. ``demo``
-    names the module whose ``story`` coroutine ``sagaline demo`` runs (``sagaline.demo``).
+    ``api`` names the module holding its routers (``services.api.domain_routes`` reads it):
+    it exports ``COMMAND_ROUTERS`` (scope "commands") and ``QUERY_ROUTERS`` (scope "read"),
+    tuples of FastAPI routers, and ``TAGS``, the OpenAPI tags they use. ``demo`` names the
+    module whose ``story`` coroutine ``sagaline demo`` runs (``sagaline.demo``).
     """
 
     name: str
