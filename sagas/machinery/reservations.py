@@ -228,12 +228,8 @@ class Reservations(BaseModel, Generic[A]):
             raise ValueError(f"{rid}: {amount} cannot be committed on a hold of {hold.amount}")
         holds = {k: v for k, v in self.holds.items() if k != rid}
         if keep_open:
-            # Nothing closes, but the value changes: what is past ``keep`` goes as at a close.
             committed = {**self.committed, rid: amount}
-            pruned = _pruned(self.closed, now, keep)
-            kept = self.model_copy(
-                update={"holds": holds, "committed": committed, "closed": pruned}
-            )
+            kept = self.model_copy(update={"holds": holds, "committed": committed})
             return kept, Outcome(rid, "committed", amount, hold=hold)
         spent = self.model_copy(update={"on_hand": self.on_hand - amount})
         new = spent._close(rid, Closed("confirmed", amount), now, keep)
