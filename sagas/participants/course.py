@@ -1,15 +1,14 @@
-"""The course participant: a capacity ledger of seats, plus a FIFO waitlist that promotes
-itself.
+"""The course participant: seats, plus a FIFO waitlist that promotes itself.
 
 Keyed by course id, so every seat request, confirm, release, expiry and capacity change of
 one course is decided in order against one state: two students racing for the last seat
 cannot both win, and a freed seat goes to the head of the waitlist *in the decision that
 frees it*, before any newcomer's request is even read.
 
-Seats are a :class:`~sagas.participants.ledger.CapacityLedger` (holds with a TTL, confirm,
-cancel, refund, idempotent by reservation id); this module adds what a course knows on top:
-its title and credits, who holds each seat, and the queue. A confirmed seat leaves the
-ledger's ``on_hand`` (a sale), so ``capacity = on_hand + enrolled``.
+Seats are :class:`~sagas.machinery.reservations.Reservations` of the capacity: a hold with
+a TTL per seat request, a confirmed seat a commitment kept open for as long as the student
+keeps it, released as cancelled or refunded, idempotent by reservation id. This module adds
+what a course knows on top: its title and credits, who holds or has each seat, and the queue.
 Invariants after every decision: ``enrolled + held <= capacity``, and a non-empty waitlist
 means no seat is free.
 """
@@ -20,15 +19,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sagas.contracts import enrollment as e
-from sagas.contracts import ledger as lc
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
+from sagas.machinery.reservations import DEFAULT_RETENTION, Hold, Outcome, Retention
 from sagas.machinery.step import reply
 from sagas.messages import Message
-from sagas.participants.ledger import CapacityLedger, Closed, LedgerState
-from sagas.participants.retention import DEFAULT_RETENTION, epoch_seconds
+from sagas.participants.ledger import LedgerState, expiry_deadline
 
 
 class Queued(BaseModel):
@@ -43,25 +41,44 @@ class Queued(BaseModel):
     reply_to: str | None = None
 
 
+class Seats(LedgerState):
+    """A course's seats: a ledger's units (stored as the ledger stores them) whose confirmed
+    seats stay committed; ``on_hand`` is the capacity."""
+
+    committed: dict[str, int] = Field(default_factory=dict)
+
+
 class CourseState(BaseModel):
     model_config = ConfigDict(frozen=True)
     exists: bool = False
     title: str = ""
     credits: int = 0
-    seats: LedgerState = LedgerState()
+    seats: Seats = Seats()
     holders: dict[str, str] = {}
-    """Reservation id -> student id of every held seat (the ledger's holds)."""
+    """Reservation id -> student id of every held seat (the seats' holds)."""
     enrolled: dict[str, str] = {}
     """Reservation id -> student id of every confirmed seat, in the order confirmed."""
     waitlist: tuple[Queued, ...] = ()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seats_sold(cls, data: Any) -> Any:
+        # Stored before the primitive, a confirmed seat left the seats' on_hand (a sale).
+        seats = data.get("seats") if isinstance(data, dict) else None
+        if not isinstance(seats, dict) or "committed" in seats:
+            return data
+        enrolled = data.get("enrolled", {})
+        on_hand = seats.get("on_hand", 0) + len(enrolled)
+        committed = dict.fromkeys(enrolled, 1)
+        return {**data, "seats": {**seats, "on_hand": on_hand, "committed": committed}}
+
     @property
     def capacity(self) -> int:
-        return self.seats.on_hand + len(self.enrolled)
+        return self.seats.on_hand
 
     @property
     def held(self) -> int:
-        return self.seats.reserved
+        return self.seats.held
 
     def position(self, rid: str) -> int | None:
         return next((i for i, q in enumerate(self.waitlist, 1) if q.reservation_id == rid), None)
@@ -75,18 +92,6 @@ class CourseState(BaseModel):
         if any(q.student_id == student_id for q in self.waitlist):
             return "is already waitlisted for"
         return None
-
-
-def _seats_of(state: CourseState, rid: str, ctx: Context) -> LedgerState:
-    """The ledger's state to decide a command about ``rid`` on. A confirmed seat is the
-    roster's (``enrolled``), for as long as the student keeps it; the ledger remembers the
-    sale only for its retention, so when a seat is released (a drop, a transfer) months
-    later the sale is put back for the ledger to refund it."""
-    seats = state.seats
-    if rid not in state.enrolled or rid in seats.closed:
-        return seats
-    sale = Closed("confirmed", 1, epoch_seconds(ctx.now))
-    return seats.model_copy(update={"closed": seats.closed.put(rid, sale)})
 
 
 def roster(state: CourseState) -> dict[str, Any]:
@@ -130,13 +135,13 @@ class CourseSeats:
     entity_type: str = "course"
     closed_window: int = 1000
     retention: timedelta = DEFAULT_RETENTION
-    """Finished seat reservations are remembered this long (the ledger's ``retention``)."""
+    """Finished seat reservations are remembered this long (argued on ``Retention``)."""
     max_waitlist: int = e.MAX_SEATS
     state_type: type[CourseState] = CourseState
 
     @property
-    def ledger(self) -> CapacityLedger:
-        return CapacityLedger(self.name, self.entity_type, self.closed_window, self.retention)
+    def keep(self) -> Retention:
+        return Retention(self.retention, self.closed_window)
 
     def initial(self, key: str) -> CourseState:
         return CourseState()
@@ -148,8 +153,26 @@ class CourseSeats:
         return merge(expired, self._decide(expired.state, message, ctx))
 
     def on_deadline(self, state: CourseState, name: str, ctx: Context) -> Decision[CourseState]:
-        expired = self._lift(state, self.ledger.on_deadline(state.seats, name, ctx), ctx)
-        return merge(expired, self._promote(expired.state, ctx))
+        seats, lapsed = state.seats.expire(ctx.now, self.keep)
+        gone = {outcome.rid for outcome in lapsed}
+        holders = {r: s for r, s in state.holders.items() if r not in gone}
+        new = state.model_copy(update={"seats": seats, "holders": holders})
+        send: list[Command] = []
+        events: list[Fact] = []
+        for outcome in lapsed:
+            hold = outcome.hold or Hold[int](amount=1)
+            fact = e.SeatReleased(
+                **roster(new),
+                reservation_id=outcome.rid,
+                student_id=state.holders.get(outcome.rid, ""),
+                reason="expired",
+            )
+            events.append(Fact(fact, hold.saga_id))
+            if hold.reply_to and hold.saga_id:
+                send.append(Command(hold.reply_to, hold.saga_id, fact, saga_id=hold.saga_id))
+        clear = frozenset(expiry_deadline(rid) for rid in gone)
+        expired = Decision(new, tuple(send), tuple(events), clear_deadlines=clear)
+        return merge(expired, self._promote(new, ctx))
 
     def _decide(self, state: CourseState, message: Message, ctx: Context) -> Decision[CourseState]:
         match message:
@@ -158,10 +181,7 @@ class CourseSeats:
             case e.ReserveSeat():
                 return self._reserve(state, message, ctx)
             case e.ConfirmSeat():
-                rid = message.reservation_id
-                confirm = lc.Confirm(reservation_id=rid)
-                seats = _seats_of(state, rid, ctx)
-                return self._lift(state, self.ledger.decide(seats, confirm, ctx), ctx)
+                return self._confirm(state, message.reservation_id, ctx)
             case e.ReleaseSeat():
                 return self._release(state, message.reservation_id, ctx)
         return Decision(state)
@@ -169,8 +189,9 @@ class CourseSeats:
     # --- commands -----------------------------------------------------------------------
 
     def _set(self, state: CourseState, cmd: e.SetCourse, ctx: Context) -> Decision[CourseState]:
-        taken = len(state.enrolled) + state.held
-        if cmd.capacity < taken:
+        seats = state.seats.restock(cmd.capacity)
+        if seats is None:
+            taken = len(state.enrolled) + state.held
             refused = e.CourseChangeRefused(
                 **roster(state),
                 requested_capacity=cmd.capacity,
@@ -180,7 +201,6 @@ class CourseSeats:
                 ),
             )
             return Decision(state, send=reply(ctx, refused), events=(refused,))
-        seats = state.seats.model_copy(update={"on_hand": cmd.capacity - len(state.enrolled)})
         new = state.model_copy(
             update={"exists": True, "title": cmd.title, "credits": cmd.credits, "seats": seats}
         )
@@ -195,10 +215,8 @@ class CourseSeats:
         if (position := state.position(rid)) is not None:
             queued = state.waitlist[position - 1]
             return Decision(state, send=reply(ctx, self._waitlisted(state, queued)))
-        seats = _seats_of(state, rid, ctx)
-        if rid in seats.holds or rid in seats.closed:  # a repeat: answer again
-            again = lc.Reserve(reservation_id=rid, quantity=1, ttl_seconds=cmd.ttl_seconds)
-            return self._lift(state, self.ledger.decide(seats, again, ctx), ctx)
+        if state.seats.knows(rid):  # a repeat: answer again
+            return Decision(state, send=reply(ctx, _answer(state, state.seats.status(rid))))
         if not state.exists:
             # Not a fact about any course (no such course has a stream): a reply only.
             unknown = e.SeatRefused(
@@ -208,9 +226,7 @@ class CourseSeats:
         if (already := state.where_is(cmd.student_id)) is not None:
             return self._refuse(state, rid, f"{cmd.student_id} {already} {ctx.key}", ctx)
         if state.seats.available >= 1 and not state.waitlist:
-            hold = lc.Reserve(reservation_id=rid, quantity=1, ttl_seconds=cmd.ttl_seconds)
-            held = self.ledger.decide(state.seats, hold, ctx)
-            return self._lift(state, held, ctx, holder=(rid, cmd.student_id))
+            return self._hold(state, rid, cmd.student_id, cmd.ttl_seconds, ctx)
         if not cmd.waitlist:
             return self._refuse(state, rid, "course full", ctx)
         if len(state.waitlist) >= self.max_waitlist:
@@ -227,24 +243,70 @@ class CourseSeats:
         fact = self._waitlisted(new, queued)
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
+    def _hold(
+        self,
+        state: CourseState,
+        rid: str,
+        student_id: str,
+        ttl_seconds: float,
+        ctx: Context,
+        promoted: bool = False,
+    ) -> Decision[CourseState]:
+        """Hold a free seat for ``rid`` (a new request, or the waitlist's head)."""
+        ttl = timedelta(seconds=ttl_seconds)
+        seats, held = state.seats.hold(
+            rid, 1, ctx.now, self.keep, ttl=ttl, saga_id=ctx.saga_id, reply_to=ctx.reply_to
+        )
+        holders = {**state.holders, rid: student_id}
+        new = state.model_copy(update={"seats": seats, "holders": holders})
+        fact = _answer(new, held, promoted)
+        # The fact names ``ctx``'s saga: a promoted request's, not the message's.
+        events = (Fact(fact, ctx.saga_id),)
+        expiry = {expiry_deadline(rid): ctx.now + ttl}
+        return Decision(new, send=reply(ctx, fact), events=events, set_deadlines=expiry)
+
+    def _confirm(self, state: CourseState, rid: str, ctx: Context) -> Decision[CourseState]:
+        seats, confirmed = state.seats.commit(rid, ctx.now, self.keep, keep_open=True)
+        if confirmed.repeat:
+            return Decision(state, send=reply(ctx, _answer(state, confirmed)))
+        # Seats forget what is past the retention at a confirm too, as they did when a
+        # confirmed seat closed as a sale: a late repeat is answered as it was then.
+        seats = seats.forget(ctx.now, self.keep)
+        holders = {r: s for r, s in state.holders.items() if r != rid}
+        enrolled = {**state.enrolled, rid: state.holders[rid]}
+        new = state.model_copy(update={"seats": seats, "holders": holders, "enrolled": enrolled})
+        fact = e.SeatConfirmed(**roster(new), reservation_id=rid, student_id=enrolled[rid])
+        clear = frozenset({expiry_deadline(rid)})
+        return Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
+
     def _release(self, state: CourseState, rid: str, ctx: Context) -> Decision[CourseState]:
+        seats, released = state.seats.release(rid, ctx.now, self.keep)
         if (position := state.position(rid)) is not None:
             queued = state.waitlist[position - 1]
             rest = tuple(q for q in state.waitlist if q.reservation_id != rid)
-            # The ledger leaves a tombstone for a reservation it never held: a late
-            # request with this id is answered as cancelled, never queued again.
-            seats = self.ledger.decide(state.seats, lc.Cancel(reservation_id=rid), ctx).state
+            # The seats keep a tombstone for a reservation they never held: a late request
+            # with this id is answered as cancelled, never queued again.
             new = state.model_copy(update={"waitlist": rest, "seats": seats})
             fact = e.SeatReleased(
                 **roster(new), reservation_id=rid, student_id=queued.student_id, reason="dequeued"
             )
             left = Decision(new, send=reply(ctx, fact), events=(fact,))
             return merge(left, Decision(new, send=_moved(state.waitlist, rest)))
-        cancel = lc.Cancel(reservation_id=rid)
-        released = self._lift(
-            state, self.ledger.decide(_seats_of(state, rid, ctx), cancel, ctx), ctx
-        )
-        return merge(released, self._promote(released.state, ctx))
+        match released:
+            case Outcome(kind="cancelled" | "refunded" as reason, repeat=False):
+                student = {**state.holders, **state.enrolled}.get(rid, "")
+                holders = {r: s for r, s in state.holders.items() if r != rid}
+                enrolled = {r: s for r, s in state.enrolled.items() if r != rid}
+                update = {"seats": seats, "holders": holders, "enrolled": enrolled}
+                new = state.model_copy(update=update)
+                fact = e.SeatReleased(
+                    **roster(new), reservation_id=rid, student_id=student, reason=reason
+                )
+                clear = frozenset({expiry_deadline(rid)})
+                freed = Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
+            case _:  # already given back, or a release before its request: a tombstone
+                freed = Decision(state.model_copy(update={"seats": seats}))
+        return merge(freed, self._promote(freed.state, ctx))
 
     # --- the waitlist -------------------------------------------------------------------
 
@@ -263,13 +325,8 @@ class CourseSeats:
                 saga_id=head.saga_id,
                 reply_to=head.reply_to,
             )
-            hold = lc.Reserve(
-                reservation_id=head.reservation_id, quantity=1, ttl_seconds=head.ttl_seconds
-            )
-            held = self.ledger.decide(state.seats, hold, for_head)
-            promoted = self._lift(
-                state, held, for_head, holder=(head.reservation_id, head.student_id), promoted=True
-            )
+            rid, student, ttl = head.reservation_id, head.student_id, head.ttl_seconds
+            promoted = self._hold(state, rid, student, ttl, for_head, promoted=True)
             decision = merge(decision, promoted)
             state = promoted.state
         if state.waitlist == before:
@@ -290,79 +347,31 @@ class CourseSeats:
         refused = e.SeatRefused(**roster(state), reservation_id=rid, reason=reason)
         return Decision(state, send=reply(ctx, refused), events=(refused,))
 
-    # --- from the ledger's facts to the course's --------------------------------------
 
-    def _lift(
-        self,
-        state: CourseState,
-        decision: Decision[LedgerState],
-        ctx: Context,
-        holder: tuple[str, str] | None = None,
-        promoted: bool = False,
-    ) -> Decision[CourseState]:
-        """The ledger's decision as the course's: the seats it left, who holds and who has
-        each seat after it, and its facts (events and replies alike) as course facts that
-        carry the roster. ``holder`` names the student of a seat being requested."""
-        who = {**state.holders, **state.enrolled, **dict([holder] if holder else [])}
-        holders, enrolled = dict(state.holders), dict(state.enrolled)
-        for event in decision.events:
-            fact = event.message if isinstance(event, Fact) else event
-            match fact:
-                case lc.Reserved(reservation_id=rid):
-                    holders[rid] = who[rid]
-                case lc.Confirmed(reservation_id=rid) if rid in holders:
-                    enrolled[rid] = holders.pop(rid)
-                case lc.Released(reservation_id=rid):
-                    holders.pop(rid, None)
-                    enrolled.pop(rid, None)
-        new = state.model_copy(
-            update={"seats": decision.state, "holders": holders, "enrolled": enrolled}
-        )
-        course = roster(new)
-        lifted: dict[int, Message] = {}
-
-        def lift(fact: Message) -> Message:
-            if id(fact) not in lifted:
-                lifted[id(fact)] = _course_fact(fact, course, who, new.credits, promoted)
-            return lifted[id(fact)]
-
-        events = tuple(
-            Fact(lift(ev.message), ev.saga_id)
-            if isinstance(ev, Fact)
-            else Fact(lift(ev), ctx.saga_id)
-            for ev in decision.events
-        )
-        send = tuple(
-            Command(c.channel, c.key, lift(c.message), saga_id=c.saga_id, reply_to=c.reply_to)
-            for c in decision.send
-        )
-        return Decision(new, send, events, decision.set_deadlines, decision.clear_deadlines)
-
-
-def _course_fact(
-    fact: Message, course: dict[str, Any], who: dict[str, str], credits: int, promoted: bool
-) -> Message:
-    match fact:
-        case lc.Reserved(reservation_id=rid, expires_at=expires_at):
+def _answer(state: CourseState, outcome: Outcome[int], promoted: bool = False) -> Message:
+    """The course fact that states a seat's ``outcome`` (a repeat's: as answered first)."""
+    course, rid = roster(state), outcome.rid
+    match outcome:
+        case Outcome(kind="held", hold=Hold(expires_at=expires_at)):
             return e.SeatHeld(
                 **course,
                 reservation_id=rid,
-                student_id=who[rid],
-                course_credits=credits,
-                expires_at=expires_at,
+                student_id=state.holders[rid],
+                course_credits=state.credits,
+                expires_at="" if expires_at is None else expires_at.isoformat(),
                 promoted=promoted,
             )
-        case lc.Confirmed(reservation_id=rid):
-            return e.SeatConfirmed(**course, reservation_id=rid, student_id=who.get(rid, ""))
-        case lc.Released(reservation_id=rid, reason=reason):
-            return e.SeatReleased(
-                **course, reservation_id=rid, student_id=who.get(rid, ""), reason=reason
+        case Outcome(kind="committed" | "confirmed"):
+            return e.SeatConfirmed(
+                **course, reservation_id=rid, student_id=state.enrolled.get(rid, "")
             )
-        case lc.ConfirmRefused(reservation_id=rid, reason=reason):
-            return e.SeatConfirmRefused(**course, reservation_id=rid, reason=reason)
-        case lc.ReservationRejected(reservation_id=rid, reason=reason):
-            return e.SeatRefused(**course, reservation_id=rid, reason=reason)
-    raise AssertionError(f"the course has no fact for the ledger's {fact.TYPE}")
+        case Outcome(kind="rejected"):
+            return e.SeatRefused(**course, reservation_id=rid, reason="insufficient stock")
+        case Outcome(kind="unknown"):
+            return e.SeatConfirmRefused(**course, reservation_id=rid, reason="unknown reservation")
+    # Closed otherwise; a tombstone reads as the cancel it was stored as before it had a name.
+    kind = "cancelled" if outcome.kind == "tombstone" else outcome.kind
+    return e.SeatConfirmRefused(**course, reservation_id=rid, reason=f"reservation {kind}")
 
 
 def _moved(before: tuple[Queued, ...], after: tuple[Queued, ...]) -> tuple[Command, ...]:

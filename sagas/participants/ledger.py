@@ -30,7 +30,7 @@ from sagas.machinery.reservations import (
 from sagas.machinery.step import reply
 from sagas.messages import Message
 
-__all__ = ["CapacityLedger", "Closed", "LedgerState"]
+__all__ = ["CapacityLedger", "Closed", "LedgerState", "expiry_deadline"]
 
 
 class LedgerState(Reservations[int]):
@@ -70,7 +70,8 @@ def _renamed(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def _expiry(reservation_id: str) -> str:
+def expiry_deadline(reservation_id: str) -> str:
+    """The deadline that expires a hold (its TTL), by its reservation id."""
     return f"expire:{reservation_id}"
 
 
@@ -145,7 +146,7 @@ class CapacityLedger:
             state,
             send=tuple(send),
             events=tuple(events),
-            clear_deadlines=frozenset(_expiry(rid) for rid in due),
+            clear_deadlines=frozenset(expiry_deadline(rid) for rid in due),
         )
 
     # --- commands -----------------------------------------------------------------------
@@ -188,7 +189,7 @@ class CapacityLedger:
             new,
             send=reply(ctx, fact),
             events=(fact,),
-            set_deadlines={_expiry(cmd.reservation_id): ctx.now + ttl},
+            set_deadlines={expiry_deadline(cmd.reservation_id): ctx.now + ttl},
         )
 
     def _confirm(self, state: LedgerState, cmd: c.Confirm, ctx: Context) -> Decision[LedgerState]:
@@ -196,7 +197,7 @@ class CapacityLedger:
         fact = _answer(new, outcome)
         if outcome.repeat:
             return Decision(state, send=reply(ctx, fact))
-        clear = frozenset({_expiry(cmd.reservation_id)})
+        clear = frozenset({expiry_deadline(cmd.reservation_id)})
         return Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
 
     def _cancel(self, state: LedgerState, cmd: c.Cancel, ctx: Context) -> Decision[LedgerState]:
@@ -213,7 +214,7 @@ class CapacityLedger:
                 # A repeat (already given back: nothing to say), or a cancel before its
                 # reserve, whose tombstone refuses the late reserve.
                 return Decision(new)
-        clear = frozenset({_expiry(rid)})
+        clear = frozenset({expiry_deadline(rid)})
         return Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
 
 
