@@ -23,7 +23,7 @@ operator_actions = Table(
     Column("reason", Text(), nullable=False),
     Column("state", String(20), nullable=False, comment="planned, running or done"),
     Column("planned", Integer(), nullable=False, comment="The sagas its dry run listed"),
-    Column("sent", Integer(), nullable=False, comment="Of which their cancel is sent"),
+    Column("sent", Integer(), nullable=False, comment="Of which done with (sent or skipped)"),
     Column("confirmed_by", String(100)),
     Column("confirmed_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
@@ -39,7 +39,8 @@ operator_action_sagas = Table(
     Column("status", String(20), nullable=False, comment="Its status at the dry run"),
     Column("plan", Text(), nullable=False, comment="The dry run's commands for it, as JSON"),
     Column("message_id", String(100), nullable=False, comment="Its cancel's, from both ids"),
-    Column("sent_at", DateTime(timezone=True), comment="Null until its cancel is on Kafka"),
+    Column("sent_at", DateTime(timezone=True), comment="Null until it is done with"),
+    Column("outcome", Text(), comment="sent, or why its cancel was not sent"),
     comment="The sagas an operator's action touches, each with its dry run and progress",
 )
 # The actions shown on a saga's page.

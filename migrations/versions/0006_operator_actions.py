@@ -3,7 +3,7 @@
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2026-11-25 16:30:00.801655
+Create Date: 2026-11-25 16:31:20.146955
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ def upgrade() -> None:
             "sent_at",
             sa.DateTime(timezone=True),
             nullable=True,
-            comment="Null until its cancel is on Kafka",
+            comment="Null until it is done with",
+        ),
+        sa.Column(
+            "outcome", sa.Text(), nullable=True, comment="sent, or why its cancel was not sent"
         ),
         sa.PrimaryKeyConstraint("action_id", "saga_id"),
         comment="The sagas an operator's action touches, each with its dry run and progress",
@@ -54,10 +57,7 @@ def upgrade() -> None:
         "operator_actions",
         sa.Column("action_id", sa.String(length=64), nullable=False),
         sa.Column(
-            "kind",
-            sa.String(length=20),
-            nullable=False,
-            comment="cancel (one saga) or compensate",
+            "kind", sa.String(length=20), nullable=False, comment="cancel (one saga) or compensate"
         ),
         sa.Column(
             "requested_by",
@@ -72,7 +72,9 @@ def upgrade() -> None:
             "state", sa.String(length=20), nullable=False, comment="planned, running or done"
         ),
         sa.Column("planned", sa.Integer(), nullable=False, comment="The sagas its dry run listed"),
-        sa.Column("sent", sa.Integer(), nullable=False, comment="Of which their cancel is sent"),
+        sa.Column(
+            "sent", sa.Integer(), nullable=False, comment="Of which done with (sent or skipped)"
+        ),
         sa.Column("confirmed_by", sa.String(length=100), nullable=True),
         sa.Column("confirmed_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
