@@ -522,5 +522,8 @@ def _kafka(work: Coroutine[Any, Any, T]) -> T:
         raise click.ClickException(str(exc)) from exc
 
 
+main.add_command(__import__("sagaline.replay", fromlist=["replay"]).replay)
+
+
 if __name__ == "__main__":
     main()
