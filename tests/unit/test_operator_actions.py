@@ -1,0 +1,133 @@
+"""An operator's bulk action over a migrated SQLite read side (services/operator/actions.py):
+the dry run lists exactly the sagas the filter matches whose cancel changes them, with the
+commands their definition would send, and is recorded; the execution sends one cancel per
+listed saga with an id derived from both ids, records its progress per batch, and resumes
+after a crash without sending a saga's cancel under two ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from readside import store
+from readside.engine import create_read_engine
+from readside.migrate import upgrade
+from runtime.settings import Settings
+from sagas.contracts import orders as oc
+from sagas.messages import Envelope
+from sagas.projections.enrollments import ENROLLMENTS
+from sagas.projections.orders import ORDERS
+from services.operator import actions
+from services.operator.definitions import definitions
+
+from .test_console_sagas import enrollment, order
+
+pytestmark = pytest.mark.unit
+SAGAS = definitions(Settings())
+NOW = datetime.now(UTC)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    url = f"sqlite:///{tmp_path / 'read.db'}"
+    upgrade(url)
+    engine = create_read_engine(url)
+    with engine.begin() as conn:
+        flying = [order(f"o-{i:02d}", "AUTHORIZING", NOW - timedelta(seconds=i)) for i in range(7)]
+        others = [order("o-done", "CONFIRMED", NOW), order("o-pending", "PENDING", NOW)]
+        store.save_rows(conn, ORDERS, [*flying, *others])
+        store.save_rows(conn, ENROLLMENTS, [enrollment("e-1", "PENDING", NOW)])
+    yield engine
+    engine.dispose()
+
+
+def plan(engine: Engine, kind: str, given: dict[str, str]) -> actions.Action:
+    with engine.connect() as conn:
+        return actions.dry_run(conn, SAGAS, kind, given, "ops: bad batch", "key-1", NOW, 30)
+
+
+class Kafka:
+    """Records what is sent; ``fail_after`` sends, it crashes (as a killed process would)."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.sent: list[tuple[str, Envelope]] = []
+        self.fail_after = fail_after
+
+    async def send(self, channel: str, envelope: Envelope) -> Any:
+        if self.fail_after is not None and len(self.sent) >= self.fail_after:
+            raise ConnectionError("killed")
+        self.sent.append((channel, envelope))
+
+
+def test_the_dry_run_lists_exactly_the_filtered_sagas_and_their_compensations(
+    engine: Engine,
+) -> None:
+    action = plan(engine, "compensate", {"saga_type": "order", "status": "AUTHORIZING"})
+    assert [t.saga_id for t in action.sagas] == [f"o-{i:02d}" for i in range(7)]
+    assert (action.state, action.planned, action.sent, action.requested_by) == (
+        "planned", 7, 0, "key-1",
+    )  # fmt: skip
+    assert action.filter == {"saga_type": "order", "status": "AUTHORIZING"}
+    lines = action.sagas[0].plan["commands"]
+    assert [(c["channel"], c["type"]) for c in lines] == [
+        ("inventory", "ledger.Cancel"),
+        ("payment", "payment.Void"),
+    ]
+    assert action.sagas[0].plan["settles_in"] == "CANCELLED"
+
+
+def test_a_final_saga_is_never_listed_and_a_wrong_filter_is_a_sentence(engine: Engine) -> None:
+    action = plan(engine, "compensate", {"saga_type": "order"})
+    assert "o-done" not in {t.saga_id for t in action.sagas} and action.planned == 8
+    with pytest.raises(actions.ActionError, match="no saga type"):
+        plan(engine, "compensate", {"saga_type": "nope"})
+    with pytest.raises(actions.ActionError, match="one saga"):
+        plan(engine, "cancel", {"saga_type": "order"})
+
+
+async def test_the_execution_sends_each_cancel_once_and_resumes_after_a_crash(
+    engine: Engine,
+) -> None:
+    action = plan(engine, "compensate", {"saga_type": "order", "status": "AUTHORIZING"})
+    crashing = Kafka(fail_after=4)
+    with pytest.raises(ConnectionError):
+        await actions.execute(engine, crashing, SAGAS, action.action_id, "key-2", batch=3)
+    with engine.connect() as conn:
+        halfway = actions.load(conn, action.action_id)
+    assert halfway is not None and (halfway.state, halfway.sent) == ("running", 3)
+    assert halfway.confirmed_by == "key-2"
+
+    kafka = Kafka()
+    done = await actions.execute(engine, kafka, SAGAS, action.action_id, "key-3", batch=3)
+    assert (done.state, done.sent, done.confirmed_by) == ("done", 7, "key-2")
+    every = [*crashing.sent, *kafka.sent]
+    ids = {e.key: e.message_id for _c, e in every}
+    assert sorted(ids) == [f"o-{i:02d}" for i in range(7)]
+    # A saga sent to twice (its batch crashed half sent) got one id both times.
+    assert all(e.message_id == ids[e.key] for _c, e in every)
+    assert {(c, e.type, e.payload["reason"]) for c, e in every} == {
+        ("order-saga", oc.CancelOrder.TYPE, "ops: bad batch")
+    }
+    again = await actions.execute(engine, Kafka(), SAGAS, action.action_id, "key-3")
+    assert again.sent == 7  # a finished action sends nothing more
+
+
+async def test_a_saga_final_by_its_turn_is_skipped_and_every_action_shows_on_its_saga(
+    engine: Engine,
+) -> None:
+    action = plan(engine, "cancel", {"saga_id": "o-00"})
+    with engine.begin() as conn:
+        store.save_rows(conn, ORDERS, [order("o-00", "CONFIRMED", NOW)])
+    kafka = Kafka()
+    done = await actions.execute(engine, kafka, SAGAS, action.action_id, "key-1")
+    assert kafka.sent == [] and done.sagas[0].outcome == "not sent (again): already CONFIRMED"
+    with engine.connect() as conn:
+        shown = actions.of_saga(conn, "o-00")
+    assert [(a.action_id, a.kind, a.requested_by) for a, _t in shown] == [
+        (action.action_id, "cancel", "key-1")
+    ]
