@@ -31,6 +31,7 @@ from runtime.topics import table_name
 from sagas.catalog import channel as catalog_channel
 from sagas.catalog import running_channels
 from sagas.machinery.record import Record
+from services.worker.faust_seam import table_dirs
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
 
@@ -176,7 +177,7 @@ class Injector:
         """Recover the dead worker's tables the way Faust will (its local RocksDB, opened
         read-only, plus the changelogs) and compare them with the changelogs."""
         settings = self.stack.settings
-        dirs = list(settings.data_dir.glob("v*/tables"))
+        dirs = table_dirs(settings.data_dir)
         if not dirs:
             return "no table store yet"
         try:

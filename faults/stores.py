@@ -23,7 +23,7 @@ from rocksdict import AccessType, Options, Rdict
 from faults.topics import read_topic
 from sagas.machinery.history import is_chunk_key
 from sagas.machinery.record import Record
-from services.worker.faust_seam import PERSISTED_OFFSET_KEY
+from services.worker.faust_seam import PERSISTED_OFFSET_KEY, partition_path, partition_stores
 
 WORKER_OWN = "\x00"
 """How every key the worker keeps beside the records starts (input positions, deadline
@@ -91,12 +91,12 @@ async def recovery_mismatches(
     changelog = f"{app_id}-{table}-changelog"
     records = await read_topic(bootstrap, changelog)
     partitions = {r.partition for r in records} | {
-        int(p.name.removesuffix(".db").rsplit("-", 1)[1]) for p in tables_dir.glob(f"{table}-*.db")
+        partition for _, partition, _ in partition_stores(tables_dir, table)
     }
     found: list[Mismatch | Unreadable] = []
     for partition in sorted(partitions):
         mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
-        path = tables_dir / f"{table}-{partition}.db"
+        path = partition_path(tables_dir, table, partition)
         recovered, persisted = read_local(path) if path.exists() else ({}, None)
         last: dict[bytes, bytes | None] = {}
         for r in mine:

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from importlib.metadata import version
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -201,6 +202,8 @@ it holds (``Store.offset_key``): read by tools that judge a store from its files
 
 
 def is_memory_store(store: Any) -> bool:
+    """Faust's memory store: one dict for every partition, which refuses to change size
+    under an iterator."""
     return isinstance(store, MemoryStore)
 
 
@@ -208,10 +211,6 @@ def is_rocksdict_store(store: Any) -> bool:
     """Faust's RocksDB store on rocksdict (``use_rocksdict``), whose per-partition databases
     the functions below reach."""
     return isinstance(store, RocksDBStore) and bool(store.use_rocksdict)
-
-
-def uses_rocksdict(store: Any) -> bool:
-    return bool(store.use_rocksdict)
 
 
 def open_partition_dbs(store: Any) -> Mapping[int, Any]:
@@ -225,6 +224,26 @@ def partition_db(store: Any, partition: int) -> Any:
     """The database of ``partition``, opened if it is not yet (``Store._db_for_partition``):
     written directly with a write batch, as Faust's recovery applies its changelog."""
     return store._db_for_partition(partition)
+
+
+def table_dirs(data_dir: Path) -> list[Path]:
+    """Faust's table directories under an app's datadir: its ``app.conf.tabledir`` is
+    ``<datadir>/v<app version>/tables``."""
+    return sorted(data_dir.glob("v*/tables"))
+
+
+def partition_path(tables_dir: Path, table: str, partition: int) -> Path:
+    """Where Faust's RocksDB store keeps a table partition (``Store.partition_path``)."""
+    return tables_dir / f"{table}-{partition}.db"
+
+
+def partition_stores(tables_dir: Path, table: str | None = None) -> Iterator[tuple[str, int, Path]]:
+    """Each table partition's RocksDB under ``tables_dir`` (of ``table`` only, if given), as
+    (table, partition, path), read from :func:`partition_path`'s names."""
+    for path in sorted(tables_dir.glob(f"{table or '*'}-*.db")):
+        name, _, partition = path.name.removesuffix(".db").rpartition("-")
+        if partition.isdigit() and table in (None, name):
+            yield name, int(partition), path
 
 
 def register_store(scheme: str, path: str) -> None:

@@ -35,7 +35,7 @@ from faust.stores.rocksdb import RocksDBOptions, Store
 from faust.types import AppT, CollectionT
 from yarl import URL
 
-from services.worker.faust_seam import register_store, uses_rocksdict
+from services.worker.faust_seam import is_rocksdict_store, register_store
 
 STORE_SCHEME = "sagaline-rocksdb"
 BUDGET_OPTION = "memory_budget"
@@ -122,7 +122,7 @@ class BudgetedStore(Store):
         budget = rest.pop(BUDGET_OPTION, None)
         if not isinstance(budget, MemoryBudget):
             raise ImproperlyConfigured(f"{STORE_SCHEME} needs options[{BUDGET_OPTION!r}]")
-        if not uses_rocksdict(self):
+        if not is_rocksdict_store(self):
             raise ImproperlyConfigured(f"{STORE_SCHEME} runs on rocksdict only")
         self.rocksdb_options = BudgetedRocksDBOptions(budget, **rest, use_rocksdict=True)
 

@@ -32,7 +32,7 @@ from rocksdict import AccessType, Options, Rdict
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import CHANGELOG_CONFIG
-from services.worker.faust_seam import PERSISTED_OFFSET_KEY
+from services.worker.faust_seam import PERSISTED_OFFSET_KEY, partition_stores, table_dirs
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,11 @@ def stale(
 def local_stores(tables_dir: Path, app_id: str) -> list[LocalStore]:
     """Every table partition's RocksDB under ``tables_dir`` that holds a persisted offset."""
     stores = []
-    for path in sorted(tables_dir.glob("*-*.db")):
-        table, _, partition = path.name.removesuffix(".db").rpartition("-")
+    for table, partition, path in partition_stores(tables_dir):
         persisted = _persisted_offset(path)
-        if persisted is not None and partition.isdigit():
+        if persisted is not None:
             changelog = f"{app_id}-{table}-changelog"
-            stores.append(LocalStore(path, changelog, int(partition), persisted))
+            stores.append(LocalStore(path, changelog, partition, persisted))
     return stores
 
 
@@ -100,7 +99,7 @@ async def discard_stale_stores(
 ) -> list[str]:
     """Delete the local stores under ``settings.data_dir`` whose last applied changelog
     record is older than ``max_age`` or gone; returns a line for each."""
-    tables = settings.data_dir.glob("v*/tables")
+    tables = table_dirs(settings.data_dir)
     stores = [s for d in tables for s in local_stores(d, settings.app_id)]
     if not stores:
         return []
