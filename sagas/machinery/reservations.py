@@ -74,7 +74,7 @@ class Retention:
     commit (refused; the saga is past that step and ignores it) and for a repeated release
     (a tombstone); a repeated hold would place a new hold, which the saga's compensation or
     the TTL releases: availability dips, nothing is sold twice. The one entry whose loss
-    costs stock is a commit that a saga releases (capture refused or timed out): that
+    costs stock is a consumed commit that a saga releases (capture refused or timed out): that
     release is sent within a step timeout of the commit. Ten minutes is twenty step
     timeouts and twice the TTL, the margin for a worker restart or a backlog in between.
     ``window`` bounds the size first on a key hotter than ``window`` closes per period
@@ -89,7 +89,7 @@ class Retention:
 
 
 class Closed(NamedTuple, Generic[A]):
-    """A closed reservation. A tuple, stored as a JSON array (``["confirmed", 1, 1763...]``):
+    """A closed reservation. A tuple, stored as a JSON array (``["confirmed", 1, 1763..., ""]``):
     a hot key holds a thousand of these, so they are kept small."""
 
     outcome: Ending
