@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from sagas.contracts import enrollment
 from sagas.definitions.enrollment_saga import EnrollmentSaga
-from sagas.machinery.domain import Domain, ProcessChannel
+from sagas.machinery.domain import Cancellation, Domain, ProcessChannel
 from sagas.machinery.process import Process
 from sagas.participants.course import CourseSeats
 from sagas.participants.student import StudentCredits
@@ -61,6 +61,13 @@ DOMAIN = Domain(
     read_models=(ENROLLMENTS, COURSE_ROSTER, STUDENT_ENROLLMENTS),
     saga_types=(
         SagaType(entity_type="enrollment", statuses=EnrollmentSaga.STATUSES, model=ENROLLMENTS),
+    ),
+    cancellations=(
+        Cancellation(
+            "enrollment",
+            lambda reason: enrollment.Drop(reason=reason),
+            lambda row: enrollment.Enroll(student_id=row.student_id, course_id=row.course_id),
+        ),
     ),
     demo="sagaline.enrollment_demo",
     api="services.api.enrollments",

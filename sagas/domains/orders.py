@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from sagas.contracts import ledger, orders, payment
 from sagas.definitions.order_saga import OrderSaga
-from sagas.machinery.domain import Domain, ProcessChannel
+from sagas.machinery.domain import Cancellation, Domain, ProcessChannel
 from sagas.machinery.process import Process
 from sagas.participants.ledger import CapacityLedger
 from sagas.participants.payment import PaymentGateway, PaymentPolicy
@@ -68,6 +68,17 @@ DOMAIN = Domain(
     processes=processes,
     read_models=(ORDERS, PRODUCT_STOCK),
     saga_types=(SagaType(entity_type="order", statuses=OrderSaga.STATUSES, model=ORDERS),),
+    cancellations=(
+        Cancellation(
+            "order",
+            lambda reason: orders.CancelOrder(reason=reason),
+            lambda row: orders.PlaceOrder(
+                customer_id=row.customer_id,
+                lines=row.lines,
+                payment=orders.PaymentDetails(method=row.payment_method),
+            ),
+        ),
+    ),
     demo="sagaline.order_demo",
     api="services.api.orders",
 )

@@ -52,6 +52,18 @@ class ProcessChannel:
 
 
 @dataclass(frozen=True)
+class Cancellation:
+    """How an operator cancels a saga of ``entity_type`` (``services/operator``)."""
+
+    entity_type: str
+    command: Callable[[str], Message]
+    """The saga's cancel command, with the operator's reason."""
+    started_by: Callable[[Any], Message]
+    """The command that started the saga, rebuilt from its read-model row (a cancel's dry
+    run replays the definition from it)."""
+
+
+@dataclass(frozen=True)
 class Domain(Generic[P]):
     """One business domain. ``processes`` builds one process per channel, named by it.
 
@@ -69,6 +81,8 @@ class Domain(Generic[P]):
     saga_types: tuple[SagaType, ...] = ()
     api: str | None = None
     demo: str | None = None
+    cancellations: tuple[Cancellation, ...] = ()
+    """How an operator cancels each of its saga types (a type without one cannot be)."""
 
     def __post_init__(self) -> None:
         for saga in self.saga_types:
@@ -76,6 +90,13 @@ class Domain(Generic[P]):
                 raise ValueError(
                     f"domain {self.name!r}: saga type {saga.entity_type!r} shows its status in "
                     f"read model {saga.model.name!r}, which the domain does not declare"
+                )
+        sagas = {s.entity_type for s in self.saga_types}
+        for cancel in self.cancellations:
+            if cancel.entity_type not in sagas:
+                raise ValueError(
+                    f"domain {self.name!r} declares how to cancel a {cancel.entity_type!r} "
+                    "saga, which is none of its saga types"
                 )
         check_domains((self,))
 
@@ -115,6 +136,7 @@ def check_domains(
         "read model": lambda d: (m.name for m in d.read_models),
         "read model of entity type": lambda d: (m.entity_type for m in d.read_models),
         "saga type": lambda d: (s.entity_type for s in d.saga_types),
+        "cancellation of saga type": lambda d: (c.entity_type for c in d.cancellations),
         "contract module": lambda d: (m.__name__ for m in d.contracts),
         # One domain's processes may share an entity type (the legacy correlator's stages).
         "entity type": lambda d: (

@@ -171,3 +171,9 @@ def test_every_domain_s_demo_module_tells_a_story_and_a_missing_one_is_refused(
         story_of(ORDERS, "sagaline.nope")
     with pytest.raises(ValueError, match=r"demo module 'tests.unit.fake_domain_api' must export"):
         story_of(ORDERS, api_module.__name__)
+
+
+def test_a_cancellation_of_a_saga_type_the_domain_does_not_run_is_refused() -> None:
+    stray = replace(ORDERS.cancellations[0], entity_type="payment")
+    with pytest.raises(ValueError, match=r"how to cancel a 'payment' saga, which is none of"):
+        replace(ORDERS, cancellations=(stray,))
