@@ -17,6 +17,7 @@ from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from runtime.settings import Settings, get_settings
 from services import logsafe
+from services.api import actions as api_actions
 from services.api import auth, queries
 from services.api import metrics as api_metrics
 from services.api.body import BodyLimit, StrictJsonRoute
@@ -42,7 +43,8 @@ Commands start and steer sagas (each domain's under its own tags) and answer 202
 with a consistency token; the sagas run over Kafka. Queries read the read models the projector
 keeps; pass a command's token to a query to read your own write. Every route but
 `/healthz` needs an API key (`Authorization: Bearer <key>`) with the route's scope:
-`commands`, `read`. Every error answer is `{"message", "detail"}`."""
+`commands`, `read`, or `admin` for an operator's actions. Every error answer is
+`{"message", "detail"}`."""
 
 TAGS = [
     {"name": "sagas", "description": "Every saga listed and counted; one saga's timeline"},
@@ -83,7 +85,7 @@ def create_api(
         # Relative: the document describes the API wherever it is served (a proxy's
         # address, a port of SAGALINE_API_PORT); clients resolve it against the document's.
         servers=[{"url": "/", "description": "This API, where this document is served"}],
-        openapi_tags=[*routers.tags, *TAGS],
+        openapi_tags=[*routers.tags, *TAGS, *api_actions.TAGS],
         lifespan=lifespan,
     )
     app.router.route_class = StrictJsonRoute
@@ -114,6 +116,7 @@ def create_api(
     for router in (*routers.queries, *queries.ROUTERS):
         auth.include(app, router, "read", responses=every_route | keyed)
     auth.include(app, api_metrics.router, "read")
+    auth.include(app, api_actions.router, "admin", responses=every_route | keyed)
     # Guarded by its own login cookie (a browser sends no header on navigation).
     console.install(app)
 

@@ -20,6 +20,7 @@ from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
 from runtime.settings import Settings
+from services.api import actions as api_actions
 from services.api import queries
 from services.api.app import create_api
 from services.api.auth import access_for, announce
@@ -32,6 +33,10 @@ from services.logsafe import install, redact
 pytestmark = pytest.mark.unit
 
 SCOPE_OF = {"post": "commands", "put": "commands", "delete": "commands", "get": "read"}
+
+
+def scope_of(method: str, path: str) -> str:
+    return "admin" if (method, path) in routed(api_actions.router) else SCOPE_OF[method]
 
 
 class RecordingBus:
@@ -121,12 +126,13 @@ async def test_every_route_answers_401_403_or_success_as_its_scope_says(api: Api
     routes = operations(api.app)
     # Every domain's routes (as declared); the saga list and one, the overview, projections.
     domains = domain_routers()
-    assert sorted(routes) == sorted(routed(*domains.commands, *domains.queries, *queries.ROUTERS))
-    command_routes = [r for r in routes if SCOPE_OF[r[0]] == "commands"]
+    every = (*domains.commands, *domains.queries, *queries.ROUTERS, api_actions.router)
+    assert sorted(routes) == sorted(routed(*every))
+    command_routes = [r for r in routes if scope_of(*r) == "commands"]
     document = api.app.openapi()
     async with api.client() as http:
         for method, path in routes:
-            scope = SCOPE_OF[method]
+            scope = scope_of(method, path)
             for name, key in keys.items():
                 headers = {} if key is None else bearer(key)
                 request = request_for(document, method, path)
@@ -134,9 +140,9 @@ async def test_every_route_answers_401_403_or_success_as_its_scope_says(api: Api
                 if key is None or name == "unknown":
                     assert_refused(response, 401, f"'{scope}' scope")
                     assert response.headers["www-authenticate"] == 'Bearer realm="sagaline"'
-                elif name in (scope, "both"):
-                    # Past the door: commands are accepted; queries reach their handler,
-                    # which has no read-model database in this in-process app (a 503).
+                elif name == scope or (name == "both" and scope != "admin"):
+                    # Past the door: commands are accepted; queries and actions reach their
+                    # handler, which has no read-model database in this in-process app (503).
                     expected = 202 if scope == "commands" else 503
                     assert response.status_code == expected, (method, path, response.text)
                 else:

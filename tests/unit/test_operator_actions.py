@@ -131,3 +131,44 @@ async def test_a_saga_final_by_its_turn_is_skipped_and_every_action_shows_on_its
     assert [(a.action_id, a.kind, a.requested_by) for a, _t in shown] == [
         (action.action_id, "cancel", "key-1")
     ]
+
+
+# --- over REST (scope admin) ---------------------------------------------------------------
+
+
+async def test_the_rest_api_plans_then_executes_and_needs_the_admin_scope(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.unit.test_console import Console
+
+    console = Console(tmp_path)
+    kafka = Kafka()
+    console.app.state.bus = kafka
+    with console.engine.begin() as conn:
+        store.save_rows(conn, ORDERS, [order(f"o-{i}", "PENDING", NOW) for i in range(3)])
+    admin, reader = console.key("admin"), console.key("read", "commands")
+    body = {"filter": {"saga_type": "order", "status": "PENDING"}, "reason": "ops"}
+    transport = httpx.ASGITransport(app=console.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://a") as http:
+            refused = await http.post(
+                "/actions/compensate", json=body, headers={"Authorization": f"Bearer {reader}"}
+            )
+            assert refused.status_code == 403
+            auth = {"Authorization": f"Bearer {admin}"}
+            planned = await http.post("/actions/compensate", json=body, headers=auth)
+            assert planned.status_code == 201, planned.text
+            action = planned.json()
+            assert [s["saga_id"] for s in action["sagas"]] == ["o-0", "o-1", "o-2"]
+            assert action["state"] == "planned" and kafka.sent == []
+            assert action["requested_by"] == admin.split("_")[1]
+            url = f"/actions/{action['action_id']}/execute"
+            done = (await http.post(url, headers=auth)).json()
+            assert (done["state"], done["sent"]) == ("done", 3)
+            assert sorted(e.key for _c, e in kafka.sent) == ["o-0", "o-1", "o-2"]
+            wrong = await http.post(
+                "/actions/compensate", json={**body, "filter": {"colour": "red"}}, headers=auth
+            )
+            assert wrong.status_code == 422 and "no filter" in wrong.json()["message"]
+    finally:
+        console.engine.dispose()
