@@ -525,5 +525,7 @@ def _kafka(work: Coroutine[Any, Any, T]) -> T:
 main.add_command(__import__("sagaline.replay", fromlist=["replay"]).replay)
 
 
+from sagaline import operator_cli as _operator_cli  # noqa: E402, F401  (sagas cancel|compensate)
+
 if __name__ == "__main__":
     main()

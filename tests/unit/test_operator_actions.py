@@ -172,3 +172,37 @@ async def test_the_rest_api_plans_then_executes_and_needs_the_admin_scope(tmp_pa
             assert wrong.status_code == 422 and "no filter" in wrong.json()["message"]
     finally:
         console.engine.dispose()
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_the_cli_prints_the_dry_run_then_runs_it_by_its_action_id(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from sagaline import cli, operator_cli
+
+    kafka = Kafka()
+
+    class Bus(Kafka):
+        async def start(self) -> None: ...
+        async def stop(self) -> None: ...
+
+    bus = Bus()
+    bus.sent = kafka.sent
+    monkeypatch.setattr(cli, "_read_engine", lambda: engine)
+    monkeypatch.setattr(engine, "dispose", lambda: None)
+    monkeypatch.setattr(operator_cli, "_bus", lambda: bus)
+    run = CliRunner(mix_stderr=False).invoke
+    command = ["sagas", "compensate", "--saga-type", "order", "--status", "AUTHORIZING"]
+    dry = run(cli.main, [*command, "--reason", "ops", "--dry-run"])
+    assert dry.exit_code == 0, dry.output + dry.stderr
+    assert dry.output.count("ledger.Cancel to inventory") == 7 and kafka.sent == []
+    action_id = dry.output.split("--action ")[1].split()[0]
+    done = run(cli.main, ["sagas", "compensate", "--action", action_id])
+    assert done.exit_code == 0, done.output + done.stderr
+    assert "done, 7/7 done" in done.output and len(kafka.sent) == 7
+    one = run(cli.main, ["sagas", "cancel", "o-pending", "--reason", "fraud", "--yes"])
+    assert one.exit_code == 0 and "o-pending" in one.output and len(kafka.sent) == 8
