@@ -253,7 +253,7 @@ class _Run:
         is_tick = envelope.type == Tick.TYPE
         now = self._tick_time(envelope) if is_tick else self._time(envelope)
         self.fire_own_deadlines(now)
-        status, before = _status(self.mine), self.mine
+        status, before = self._status(), self.mine
         deadlines = self._deadline_diff()
         mine, error = self._step(self.candidate, self.mine, envelope, now)
         if self.baseline is not None:
@@ -282,7 +282,7 @@ class _Run:
                 Tick(), message_id=derive_id(self.key, f"replay-tick@{when.isoformat()}"),
                 key=self.key, occurred_at=when,
             )  # fmt: skip
-            status, before = _status(self.mine), self.mine
+            status, before = self._status(), self.mine
             deadlines = self._deadline_diff()
             mine, error = self._step(self.candidate, self.mine, tick, when)
             self.mine = mine.after if mine is not None else self.mine
@@ -300,7 +300,7 @@ class _Run:
             found = differences(recorded, ())
             self.report.diverging.append(
                 Compared(at, cause, "recorded decision not replayed", status,
-                         tuple(unique(recorded)), (), tuple(found))
+                         _commands_first(unique(recorded)), (), tuple(found))
             )  # fmt: skip
 
     def _compare(
@@ -332,10 +332,16 @@ class _Run:
             found += [d for d in self._deadline_diff() if d not in deadlines]
             if found:
                 what = envelope.type if cause == envelope.message_id else "deadline"
-                shown = tuple(unique(recorded))
+                shown = _commands_first(unique(recorded))
                 self.report.diverging.append(
                     Compared(now, cause, what, status, shown, replayed, tuple(found))
                 )
+
+    def _status(self) -> str:
+        """The candidate's status now (its initial state's before its first decision)."""
+        if self.mine is None:
+            return _status(Record(state=self.candidate.process.initial(self.key)))
+        return _status(self.mine)
 
     def _deadline_diff(self) -> list[str]:
         return [] if self.baseline is None else _deadline_changes(self.theirs, self.mine)
@@ -436,8 +442,13 @@ def _deadline_changes(theirs: Record[Any] | None, mine: Record[Any] | None) -> l
     return found
 
 
+def _commands_first(sent: list[Sent]) -> tuple[Sent, ...]:
+    """As a decision sends them: its commands and replies, then its facts."""
+    return tuple(sorted(sent, key=lambda s: s.channel == EVENTS_CHANNEL))
+
+
 def _status(record: Record[Any] | None) -> str:
     if record is None:
         return "-"
     status = getattr(record.state, "status", None)
-    return "-" if status is None else str(status)
+    return status if isinstance(status, str) else "-"  # a participant's state has none

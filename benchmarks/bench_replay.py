@@ -1,0 +1,175 @@
+"""`sagaline replay` on a recorded history of many sagas (BENCHMARKS.md, "Issue 29").
+
+A worker on a topic set of its own runs orders and enrollments (confirmed, declined by
+method or amount, out of stock, cancelled, timed out, waitlisted, dropped, transferred:
+tests/integration/replay_load.py), SIGKILLed once mid-load and restarted (so the history
+holds batches decided twice). Then the replay reads it back and decides it again:
+
+- with the unchanged code: every decision identical, and how long it took;
+- with ``payment_max_amount`` lowered: exactly the payments between the two limits diverge;
+- with a deliberate bug (tests/unit/replay_bug.py: one compensation skipped): exactly the
+  orders that compensated diverge.
+
+    python -m benchmarks.bench_replay --orders 6000 --enrollments 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+from benchmarks.common import git_rev, machine, run_settings, worker_bus_tail
+from runtime.settings import Settings
+from runtime.topics import create_topics
+from sagaline.wiring import build_processes
+from sagas.catalog import PROCESS_CHANNELS
+from sagas.contracts import ledger as lc
+from sagas.contracts import payment as pc
+from sagas.machinery.replay import Replay, replay_all
+from services.replay.candidates import choose
+from services.replay.history import RecordedHistory, read_history
+from services.replay.report import render, summarize
+from tests.integration.harness import Worker
+from tests.integration.replay_load import SILENT, drive
+
+
+async def kill_once(worker: Worker, after_s: float) -> None:
+    await asyncio.sleep(after_s)
+    worker.kill()
+    await asyncio.to_thread(worker.start)
+    print(f"killed    the worker with SIGKILL {after_s:.0f} s into the load; restarted")
+
+
+def replayed(
+    settings: Settings, history: RecordedHistory, definitions: str | None = None, **overrides: str
+) -> tuple[Replay, float]:
+    started = time.perf_counter()
+    chosen = choose(settings, build_processes, definitions, overrides)
+    replay = replay_all(
+        history.histories, chosen.candidates, history.recording, chosen.baselines, history.until
+    )
+    return replay, time.perf_counter() - started
+
+
+def diverging(replay: Replay) -> set[tuple[str, str]]:
+    return {(k.channel, k.key) for k in replay.keys if k.first is not None}
+
+
+def inputs(history: RecordedHistory, channel: str, type_: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (str(e.saga_id), e.payload)
+        for h in history.histories
+        if h.channel == channel
+        for e in h.inputs
+        if e.type == type_
+    ]
+
+
+def _why(reason: str | None) -> str:
+    """A reason's kind: the load's outcomes, without their ids and amounts."""
+    if reason is None:
+        return ""
+    for kind in (
+        "timeout",
+        "declined",
+        "out of stock",
+        "changed mind",
+        "expired",
+        "seat",
+        "credit",
+    ):
+        if kind in reason:
+            return f" ({kind})"
+    return f" ({reason[:24]})"
+
+
+async def main(args: argparse.Namespace) -> None:
+    data, settings = run_settings(
+        "replay", step_timeout_s=5.0, payment_silent_methods=SILENT, reservation_ttl_s=600.0
+    )
+    print(f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}")
+    await create_topics(settings)
+    async with worker_bus_tail(settings, data) as (workers, bus, tail):
+        started = time.perf_counter()
+        killer = asyncio.create_task(kill_once(workers[0], args.kill_after))
+        load = await drive(bus, tail, args.orders, args.enrollments)
+        await killer
+        print(
+            f"recorded  {len(load.orders)} orders and {len(load.enrollments)} enrollments, "
+            f"all settled, in {time.perf_counter() - started:.0f} s"
+        )
+        outcomes = Counter(
+            (key.partition(":")[0], o.status, _why(o.reason)) for key, o in tail.statuses.items()
+        )
+        print(
+            "outcomes  "
+            + ", ".join(f"{t} {s}{w}: {n}" for (t, s, w), n in sorted(outcomes.items()))
+        )
+        began = time.perf_counter()
+        history = await read_history(settings, PROCESS_CHANNELS)
+        read_s = time.perf_counter() - began
+        print(
+            f"read      {history.records:,} records ({len(history.histories):,} keys) in "
+            f"{read_s:.1f} s"
+        )
+
+        if args.profile:
+            import cProfile
+            import pstats
+
+            with cProfile.Profile() as profile:
+                replayed(settings, history)
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        same, same_s = replayed(settings, history)
+        summary = summarize(same, compared_with_baseline=False)
+        print(f"unchanged replayed in {same_s:.1f} s ({read_s + same_s:.1f} s with the read):")
+        print(render(summary))
+        sagas = {k.key for k in same.keys if k.channel in ("order-saga", "enrollment-saga")}
+        finals = sorted({(k.channel, k.status_after) for k in same.keys if k.key in sagas})
+        print(f"          saga outcomes in the history: {finals}")
+        assert sagas == set(load.orders) | set(load.enrollments)
+        assert summary.diverging == 0 and not summary.not_replayable
+
+        lower = Decimal(args.lower)
+        between = {
+            key
+            for key, p in inputs(history, "payment", pc.Authorize.TYPE)
+            if p["method"] == "card" and lower < Decimal(p["amount"]) <= settings.payment_max_amount
+        }
+        limit, limit_s = replayed(settings, history, payment_max_amount=str(lower))
+        found = diverging(limit)
+        print(
+            f"limit     payment_max_amount {settings.payment_max_amount} -> {lower}: "
+            f"{len(found)} diverging keys, {len(between)} payments between the limits, "
+            f"equal: {found == {('payment', k) for k in between}} ({limit_s:.1f} s)"
+        )
+        print(render(summarize(limit, compared_with_baseline=True)).split("\n\n")[1])
+        assert found == {("payment", k) for k in between}
+
+        released = inputs(history, "inventory", lc.Cancel.TYPE)
+        released += inputs(history, "payment", pc.Void.TYPE)
+        compensated = {key for key, _ in released}
+        bug, bug_s = replayed(settings, history, definitions="tests.unit.replay_bug")
+        found = diverging(bug)
+        print(
+            f"bug       one compensation skipped: {len(found)} diverging keys, "
+            f"{len(compensated)} orders that compensated, "
+            f"equal: {found == {('order-saga', k) for k in compensated}} ({bug_s:.1f} s)"
+        )
+        assert found == {("order-saga", k) for k in compensated}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--orders", type=int, default=6000)
+    parser.add_argument("--enrollments", type=int, default=4000)
+    parser.add_argument("--lower", default="300", help="the lowered payment limit")
+    parser.add_argument("--kill-after", type=float, default=8.0)
+    parser.add_argument("--profile", action="store_true", help="profile the unchanged replay")
+    asyncio.run(main(parser.parse_args()))
