@@ -206,3 +206,46 @@ def test_the_cli_prints_the_dry_run_then_runs_it_by_its_action_id(
     assert "done, 7/7 done" in done.output and len(kafka.sent) == 7
     one = run(cli.main, ["sagas", "cancel", "o-pending", "--reason", "fraud", "--yes"])
     assert one.exit_code == 0 and "o-pending" in one.output and len(kafka.sent) == 8
+
+
+# --- the console ---------------------------------------------------------------------------
+
+
+async def test_the_console_dry_runs_a_filter_then_sends_on_confirmation(tmp_path: Path) -> None:
+    from tests.unit.test_console import Console, form_token
+
+    console = Console(tmp_path)
+    kafka = Kafka()
+    console.app.state.bus = kafka
+    with console.engine.begin() as conn:
+        rows = [order(f"o-{i}", "AUTHORIZING", NOW) for i in range(2)]
+        store.save_rows(conn, ORDERS, [*rows, order("o-x", "PENDING", NOW)])
+    try:
+        async with console.logged_in("read") as reader:
+            token = await form_token(reader)
+            form = {"form_token": token, "kind": "cancel", "saga_id": "o-x", "reason": "r"}
+            refused = await reader.post("/console/actions", data=form)
+            assert refused.status_code == 403 and "admin" in refused.text
+        async with console.logged_in("read", "admin") as admin:
+            listed = (await admin.get("/console/sagas?saga_type=order&status=AUTHORIZING")).text
+            assert "/console/actions/new?saga_type=order&amp;status=AUTHORIZING" in listed
+            new = await admin.get("/console/actions/new?saga_type=order&status=AUTHORIZING")
+            assert 'name="filter" value="saga_type=order&amp;status=AUTHORIZING"' in new.text
+            token = await form_token(admin)
+            form = {"form_token": token, "kind": "compensate", "reason": "outage",
+                    "filter": "saga_type=order&status=AUTHORIZING"}  # fmt: skip
+            planned = await admin.post("/console/actions", data=form)
+            assert planned.status_code == 303
+            url = planned.headers["location"]
+            page = (await admin.get(url)).text
+            assert "o-0" in page and "o-1" in page and "o-x" not in page
+            assert page.count("payment.Void to payment") == 2 and 'id="confirm-action"' in page
+            assert kafka.sent == []
+            done = await admin.post(f"{url}/execute", data={"form_token": token})
+            assert done.status_code == 303 and len(kafka.sent) == 2
+            page = (await admin.get(url)).text
+            assert '<span id="action-state">done</span>' in page and "2 of 2" in page
+            saga = (await admin.get("/console/sagas/o-0")).text
+            assert url in saga and "outage" in saga
+    finally:
+        console.engine.dispose()

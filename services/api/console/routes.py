@@ -87,9 +87,10 @@ def install(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     app.state.console_sessions = SessionStore.from_settings(settings)
     app.state.dead_letter_desk = DeadLetterDesk(settings)
-    from services.api.console import definition_pages  # it uses this module's helpers
+    from services.api.console import action_pages, definition_pages  # use these helpers
 
     app.include_router(definition_pages.router)  # before this router's catch-all
+    app.include_router(action_pages.router)
     app.include_router(router)
     app.add_exception_handler(ConsoleError, _refused)  # type: ignore[arg-type]
 
@@ -358,11 +359,14 @@ async def saga(request: Request, saga_id: str) -> Response:
     if page is None:
         raise ConsoleError(404, f"No saga “{saga_id}” is projected (yet).")
     kind = page.saga.entity_type if page.saga else None
+    from services.api.console.action_pages import saga_actions
+
     return render(
         request,
         "saga.html",
         who,
         page=page,
+        actions=await _read(request, saga_actions, saga_id),
         lanes=charts.lanes(page.steps, kind),
         swimlanes=charts.swimlanes(page.steps, kind),
     )
