@@ -14,8 +14,10 @@ entity id. :func:`derive` refuses a declaration whose update could need any othe
 is no column while its ``then`` can change...): declare that operand as a column of its
 own.
 
-A plan per concrete message type is worked out once, at its first event, so the per-event
-work is a dictionary lookup and the changed columns' reads.
+A plan per concrete message type is worked out once, at its first event (an ``OrElse`` whose
+``first`` that type never leaves null is just ``first`` there, a ``Difference`` with a side
+it leaves empty is null), so the per-event work is a dictionary lookup and the changed
+columns' reads.
 """
 
 from __future__ import annotations
@@ -71,64 +73,101 @@ def derive(model: ReadModel[R]) -> Fold[R]:
 
 def _plan(model: ReadModel[R], kind: type[Message], readable: dict[Value, str]) -> Plan[R]:
     if issubclass(kind, model.starts):
-        return _start_plan(model, kind)
-    updates = [
-        (c.name, compute)
-        for c in model.columns
-        if (compute := _update(c.value, kind, readable, f"{model.name}.{c.name}")) is not None
-    ]
+        starting = _Terms([(c.name, _at_start(c.value, kind)) for c in model.columns])
+        row_type = model.row_type
+
+        def start(row: R | None, event: Envelope, message: Message) -> R | None:
+            return row_type(**starting.values(row, event, message))
+
+        return start
+    changed = _Terms(
+        [
+            (c.name, term)
+            for c in model.columns
+            if (term := _update(c.value, kind, readable, f"{model.name}.{c.name}")) is not None
+        ]
+    )
 
     def update(row: R | None, event: Envelope, message: Message) -> R | None:
-        if row is None or not updates:
+        if row is None or changed.empty:
             return row  # e.g. a cancel that overtook its order: no row to show it on
-        return row.model_copy(update={name: f(row, event, message) for name, f in updates})
+        return row.model_copy(update=changed.values(row, event, message))
 
     return update
 
 
-def _start_plan(model: ReadModel[R], kind: type[Message]) -> Plan[R]:
-    columns = [(c.name, _at_start(c.value, kind)) for c in model.columns]
-    row_type = model.row_type
-
-    def start(row: R | None, event: Envelope, message: Message) -> R | None:
-        return row_type(**{name: f(None, event, message) for name, f in columns})
-
-    return start
-
-
 # --- one column: its value at a start, its change on any other event ---------------------
 
+Term = tuple[str, Any]
+"""How a value is had: ``("const", v)``; ``("field", name)`` of the message; ``("time",
+None)``, the event's ``occurred_at``; ``("sequence", None)``; ``("id", None)``, the entity
+id; ``("row", column)``, before the event; or ``("compute", f)`` (a ``Compute``) for what
+reduces to none of these. The simple ones are read in a loop each, without a call: this
+is the projector's hot path."""
 
-def _source(value: Value, kind: type[Message]) -> Compute | None:
-    """The value an event of ``kind`` gives a ``Latest*`` source it matches; else None."""
+_NULL: Term = ("const", None)
+
+
+class _Terms:
+    """Columns and their terms, grouped by how they are read."""
+
+    def __init__(self, terms: list[tuple[str, Term]]) -> None:
+        self.empty = not terms
+        self.consts = {name: arg for name, (how, arg) in terms if how == "const"}
+        self.fields = [(name, arg) for name, (how, arg) in terms if how == "field"]
+        self.times = [name for name, (how, _) in terms if how == "time"]
+        self.sequences = [name for name, (how, _) in terms if how == "sequence"]
+        self.ids = [name for name, (how, _) in terms if how == "id"]
+        self.rows = [(name, arg) for name, (how, arg) in terms if how == "row"]
+        self.computes = [(name, arg) for name, (how, arg) in terms if how == "compute"]
+
+    def values(self, row: Any, event: Envelope, message: Message) -> dict[str, Any]:
+        values = dict(self.consts)
+        for name, field in self.fields:
+            values[name] = getattr(message, field)
+        for name in self.times:
+            values[name] = event.occurred_at
+        for name in self.sequences:
+            values[name] = event.sequence or 0
+        for name in self.ids:
+            values[name] = entity_id(event)
+        for name, column in self.rows:
+            values[name] = getattr(row, column)
+        for name, compute in self.computes:
+            values[name] = compute(row, event, message)
+        return values
+
+
+def _source(value: Value, kind: type[Message]) -> Term | None:
+    """The term an event of ``kind`` gives a ``Latest*`` source it matches; else None."""
     match value:
         case Latest(of=of, field=name) if issubclass(kind, of):
-            return lambda row, event, message: getattr(message, name)
+            return ("field", name)
         case LatestTime(of=of) if issubclass(kind, of):
-            return lambda row, event, message: event.occurred_at
+            return ("time", None)
         case LatestSequence(of=of) if of is None or issubclass(kind, of):
-            return lambda row, event, message: event.sequence or 0
+            return ("sequence", None)
     return None
 
 
-def _at_start(value: Value, kind: type[Message]) -> Compute:
+def _at_start(value: Value, kind: type[Message]) -> Term:
     """``value`` over the start event alone."""
     match value:
         case EntityId():
-            return lambda row, event, message: entity_id(event)
+            return ("id", None)
         case Constant(value=constant):
-            return lambda row, event, message: constant
+            return ("const", constant)
         case Difference(left=left, right=right):
             return _minus(_at_start(left, kind), _at_start(right, kind))
         case OrElse(first=first, then=then):
-            return _or_else(_at_start(first, kind), _at_start(then, kind))
+            return _or_else(_at_start(first, kind), _at_start(then, kind), kind)
     found = _source(value, kind)
-    return found if found is not None else lambda row, event, message: None
+    return _NULL if found is None else found
 
 
 def _update(
     value: Value, kind: type[Message], readable: dict[Value, str], where: str
-) -> Compute | None:
+) -> Term | None:
     """``value`` after a non-start event of ``kind``, or None when it cannot change."""
     match value:
         case EntityId() | Constant():
@@ -150,44 +189,84 @@ def _update(
             return _or_else(
                 new_first or _reader(first, readable, where),
                 new_then or _reader(then, readable, where),
+                kind,
             )
     return _source(value, kind)
 
 
-def _reader(value: Value, readable: dict[Value, str], where: str) -> Compute:
+def _reader(value: Value, readable: dict[Value, str], where: str) -> Term:
     """``value`` as it stands before the event, read back from the row."""
     if (name := readable.get(value)) is not None:
-        return lambda row, event, message: getattr(row, name)
+        return ("row", name)
     match value:
         case EntityId() | Constant():
             return _at_start(value, Message)
         case Difference(left=left, right=right):
             return _minus(_reader(left, readable, where), _reader(right, readable, where))
         case OrElse(first=first, then=then):
-            return _or_else(_reader(first, readable, where), _reader(then, readable, where))
+            return _or_else(
+                _reader(first, readable, where), _reader(then, readable, where), Message
+            )
 
     def unreadable(row: Any, event: Envelope, message: Message) -> Any:
         # _check proved this is never called for the fields the contracts declare; a
         # subclass that makes a field nullable could still get here.
         raise UnreadableOperand(f"{where}: {value!r} is needed and the row does not hold it")
 
-    return unreadable
+    return ("compute", unreadable)
 
 
-def _minus(left: Compute, right: Compute) -> Compute:
+def _minus(left: Term, right: Term) -> Term:
+    if _NULL in (left, right):
+        return _NULL
+    a, b = _compute(left), _compute(right)
+
     def minus(row: Any, event: Envelope, message: Message) -> Any:
-        a, b = left(row, event, message), right(row, event, message)
-        return None if a is None or b is None else a - b
+        x, y = a(row, event, message), b(row, event, message)
+        return None if x is None or y is None else x - y
 
-    return minus
+    return ("compute", minus)
 
 
-def _or_else(first: Compute, then: Compute) -> Compute:
+def _or_else(first: Term, then: Term, kind: type[Message]) -> Term:
+    """``first``, or ``then`` where it is null; ``first`` alone when it is never null."""
+    if first == _NULL:
+        return then
+    how, arg = first
+    if how in ("time", "sequence", "id") or (how == "const" and arg is not None):
+        return first
+    if (
+        how == "field"
+        and arg in kind.model_fields
+        and not _admits_none(kind.model_fields[arg].annotation)
+    ):
+        return first
+    a, b = _compute(first), _compute(then)
+
     def or_else(row: Any, event: Envelope, message: Message) -> Any:
-        found = first(row, event, message)
-        return then(row, event, message) if found is None else found
+        found = a(row, event, message)
+        return b(row, event, message) if found is None else found
 
-    return or_else
+    return ("compute", or_else)
+
+
+def _compute(term: Term) -> Compute:
+    how, arg = term
+    match how:
+        case "const":
+            return lambda row, event, message: arg
+        case "field":
+            return lambda row, event, message: getattr(message, arg)
+        case "time":
+            return lambda row, event, message: event.occurred_at
+        case "sequence":
+            return lambda row, event, message: event.sequence or 0
+        case "id":
+            return lambda row, event, message: entity_id(event)
+        case "row":
+            return lambda row, event, message: getattr(row, arg)
+    compute: Compute = arg
+    return compute
 
 
 # --- the declaration-time check ----------------------------------------------------------
