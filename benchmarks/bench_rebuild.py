@@ -1,32 +1,47 @@
-"""Rebuild throughput: ``sagaline rebuild`` over 1,000,000 events, end to end, beside the
-online projector's rate on the same events and a raw aiokafka consume rate.
+"""Rebuild throughput: ``sagaline rebuild`` over 1,000,000 events, end to end, in local mode
+and on a Spark standalone cluster of two workers, each beside a raw aiokafka consume rate of
+the same topic measured in the same run (and the online projector's rate, optionally).
 
-    python benchmarks/bench_rebuild.py [--events 1000000] [--products 1000]
-        [--projector-sample 200000] [--projector-seconds 90]
+    python -m benchmarks.bench_rebuild [--events 1000000] [--products 1000]
+        [--no-cluster] [--projector-sample 200000] [--projector-seconds 90]
 
 1. Writes ``--events`` domain events (order sagas over 1,000 products: confirmed,
    rejected, declined, cancelled, expired, in flight; ~9 events per saga) to a fresh
-   event topic with a batching aiokafka producer.
-2. Baseline: a group-less aiokafka consumer reads the whole topic (no decoding).
-3. Rebuild: ``sagaline rebuild`` as a process into a fresh, migrated PostgreSQL database,
-   timed from process start to exit (Spark start-up included). The RSS of the process tree
-   (Python driver, its JVM, Python workers) is sampled every 0.5 s; the JVM's heap is
-   capped by ``spark.driver.memory`` (1g): the topic is never collected to the driver.
-4. Projector: the real projector into another fresh database, on the same topic from the
-   start, until it has applied ``--projector-sample`` events or ``--projector-seconds``.
+   event topic with a batching aiokafka producer, as they are made (10M events do not fit
+   in memory as objects).
+2. Baseline: a group-less aiokafka consumer reads the whole topic (no decoding); again
+   after the rebuilds, since the box is shared and its speed moves.
+3. Rebuild, local mode: ``sagaline rebuild`` as a process into a fresh, migrated PostgreSQL
+   database, timed from process start to exit (Spark start-up included).
+4. Rebuild, cluster: ``deploy/local/spark.sh submit --master spark://...`` to the master and
+   two workers of ``spark.sh cluster-up`` (started here if they do not run, and stopped
+   again), into another fresh database, timed from spark-submit's start to its exit.
+5. Projector (``--projector-sample`` > 0): the real projector into another fresh database,
+   on the same topic from the start, until it has applied that many events or
+   ``--projector-seconds``.
+
+While each rebuild runs, the RSS of its processes is sampled every 0.5 s: the driver (the
+Python job and its JVM; in local mode the executors run in that JVM), the Python workers,
+and on the cluster each executor's JVM (the workers' children; the daemons themselves are
+not counted). The driver's heap is capped by ``spark.driver.memory`` (1g), the executors' by
+``spark.executor.memory``: the topic is never collected to the driver, so none of these may
+grow with the events.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import os
+import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +64,8 @@ from runtime.topics import EVENTS, create_topics
 from services.projector.runner import Projector
 from tests.integration.harness import settings_env
 from tests.integration.readside import PG_URL, applied_offsets, read_engine
-from tests.spark.history import order_history
+from tests.spark.cluster import EXECUTOR_CONF, SPARK_SH
+from tests.spark.history import order_stream
 
 EVENTS_PER_ORDER = 9.1
 """Measured mean of tests.spark.history.order_history (half its orders carry the status
@@ -58,51 +74,64 @@ more orders are made when it falls short."""
 
 
 async def produce(settings: Settings, events: int, products: int) -> dict[int, int]:
-    """``events`` domain events, batched per partition; the end offset per partition."""
-    started = time.perf_counter()
+    """``events`` domain events, made and written as they are made, batched per partition
+    (the partition aiokafka, and the worker, would pick); the end offset per partition."""
     orders = int(events / EVENTS_PER_ORDER) + 1000
-    while len(history := order_history(orders, products=products, seed=1)) < events:
+    while True:  # enough orders for ``events`` events (the mean per order is a guess)
+        ends = await _write(settings, itertools.islice(_history(orders, products), events))
+        if sum(ends.values()) == events:
+            return ends
         orders = int(orders * 1.2)
-    encoded = [(e.key.encode(), e.encode()) for e in history[:events]]
-    made = time.perf_counter() - started
+        print(f"produce   {sum(ends.values()):,} events only: again with {orders:,} orders")
+        await delete_run_topics(settings)
+        await create_topics(settings)
+
+
+def _history(orders: int, products: int) -> Iterator[tuple[bytes, bytes]]:
+    return ((e.key.encode(), e.encode()) for e in order_stream(orders, products, seed=1))
+
+
+async def _write(settings: Settings, records: Iterable[tuple[bytes, bytes]]) -> dict[int, int]:
     producer = AIOKafkaProducer(**aiokafka_options(settings), acks=1, max_batch_size=1 << 20)
     await producer.start()
     topic, partitions = settings.topic(EVENTS), list(range(settings.partitions))
+    partitioner = DefaultPartitioner()
     started = time.perf_counter()
+    counts = dict.fromkeys(partitions, 0)
+    batches = {p: producer.create_batch() for p in partitions}
+    pending: list[asyncio.Future[object]] = []
     try:
-        by_partition: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in partitions}
-        for key, value in encoded:  # the partition aiokafka (and the worker) would pick
-            by_partition[DefaultPartitioner()(key, partitions, partitions)].append((key, value))
-        await asyncio.gather(*[_send(producer, topic, p, rs) for p, rs in by_partition.items()])
+        for key, value in records:
+            p = partitioner(key, partitions, partitions)
+            counts[p] += 1
+            if batches[p].append(key=key, value=value, timestamp=None) is None:
+                pending.append(await producer.send_batch(batches[p], topic, partition=p))
+                batches[p] = producer.create_batch()
+                batches[p].append(key=key, value=value, timestamp=None)
+                if len(pending) >= 64:  # bounded memory: wait for the broker now and then
+                    await asyncio.gather(*pending)
+                    pending.clear()
+        for p, batch in batches.items():
+            if batch.record_count():
+                pending.append(await producer.send_batch(batch, topic, partition=p))
+        await asyncio.gather(*pending)
     finally:
         await producer.stop()
-    sent = time.perf_counter() - started
+    total, spent = sum(counts.values()), time.perf_counter() - started
     print(
-        f"produce   {events:,} events generated in {made:.1f} s, written in {sent:.1f} s "
-        f"({events / sent:,.0f} events/s, batches of up to 1 MiB per partition)"
+        f"produce   {total:,} events made and written in {spent:.1f} s "
+        f"({total / spent:,.0f} events/s, batches of up to 1 MiB per partition)"
     )
-    return {p: len(rs) for p, rs in by_partition.items()}
-
-
-async def _send(
-    producer: AIOKafkaProducer, topic: str, partition: int, records: list[tuple[bytes, bytes]]
-) -> None:
-    batch, pending = producer.create_batch(), []
-    for key, value in records:
-        if batch.append(key=key, value=value, timestamp=None) is None:
-            pending.append(await producer.send_batch(batch, topic, partition=partition))
-            batch = producer.create_batch()
-            batch.append(key=key, value=value, timestamp=None)
-    pending.append(await producer.send_batch(batch, topic, partition=partition))
-    await asyncio.gather(*pending)
+    return counts
 
 
 @dataclass
 class TreeRss:
-    """Peak resident memory of a process and its descendants, from /proc: the tree is
-    walked every ``refresh`` seconds, the known processes' RSS read every ``every``."""
+    """Peak resident memory of the processes under ``roots`` (and the roots), by kind
+    (:func:`_kind`), from /proc: the trees are walked every ``refresh`` seconds, the known
+    processes' RSS read every ``every``."""
 
-    pid: int
+    roots: Sequence[int]
     every: float = 0.5
     refresh: float = 3.0
     peak_total: float = 0.0
@@ -113,15 +142,17 @@ class TreeRss:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self) -> str:
         self._stop.set()
         self._thread.join()
+        peaks = ", ".join(f"{k} {v:,.0f} MiB" for k, v in sorted(self.peak_by_kind.items()))
+        return f"peak RSS {self.peak_total:,.0f} MiB ({peaks})"
 
     def _run(self) -> None:
-        tree, walked = _tree(self.pid), time.monotonic()
+        tree, walked = _tree(self.roots), time.monotonic()
         while not self._stop.wait(self.every):
             if time.monotonic() - walked > self.refresh:
-                tree, walked = _tree(self.pid), time.monotonic()
+                tree, walked = _tree(self.roots), time.monotonic()
             by_kind: dict[str, float] = {}
             for pid, kind in tree:
                 by_kind[kind] = by_kind.get(kind, 0.0) + _rss_mib(pid)
@@ -130,7 +161,7 @@ class TreeRss:
                 self.peak_by_kind[kind] = max(self.peak_by_kind.get(kind, 0.0), mib)
 
 
-def _tree(root: int) -> list[tuple[int, str]]:
+def _tree(roots: Sequence[int]) -> list[tuple[int, str]]:
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -138,24 +169,37 @@ def _tree(root: int) -> list[tuple[int, str]]:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [root]
+    found: list[tuple[int, str]] = []
+    todo = [(root, "") for root in roots]
     while todo:
-        pid = todo.pop()
-        kind = _kind(pid, root)
-        if kind:
+        pid, parent = todo.pop()
+        kind = _kind(pid, parent)
+        if kind and kind != "cluster daemon":
             found.append((pid, kind))
-        todo.extend(children.get(pid, []))
+        todo.extend((child, kind) for child in children.get(pid, []))
     return found
 
 
-def _kind(pid: int, root: int) -> str:
+def _kind(pid: int, parent: str) -> str:
+    """What a process of a rebuild is: the driver's Python or JVM, an executor's JVM, or a
+    Python worker (of an executor, or of the driver's JVM, where local mode's executors
+    run); a cluster daemon (a worker: the executors' parent) is walked through, not counted,
+    and so is a shell ("")."""
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-    if pid == root:
-        return "python driver"
-    return "jvm" if "java" in cmd.split(" ", 1)[0] else "python workers"
+    program = cmd.split(" ", 1)[0]
+    if "java" in program:
+        if "CoarseGrainedExecutorBackend" in cmd:
+            return "executor jvm"
+        daemon = "deploy.worker.Worker" in cmd or "deploy.master.Master" in cmd
+        return "cluster daemon" if daemon else "driver jvm"  # the driver: deploy.SparkSubmit
+    if "python" not in program:
+        return ""
+    if "pyspark.daemon" not in cmd and "pyspark.worker" not in cmd:
+        return "driver python"
+    return "executor python workers" if parent.startswith("executor") else "python workers"
 
 
 def _rss_mib(pid: int) -> float:
@@ -168,33 +212,58 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def rebuild(settings: Settings, url: str, events: int, log: Path) -> float:
-    """``sagaline rebuild`` as a process, its output printed verbatim; returns seconds."""
+@dataclass(frozen=True)
+class Rebuilt:
+    seconds: float
+    stages: str
+    """The job's own ``summary seconds`` line (its stages' times)."""
+    memory: str
+
+
+def rebuild(settings: Settings, url: str, log: Path, *, cluster: str | None = None) -> Rebuilt:
+    """``sagaline rebuild`` as a process (``cluster`` None), or the job submitted to the
+    standalone cluster at ``cluster``; its summary printed verbatim."""
     env = settings_env(settings) | {"SAGALINE_DATABASE_URL": url, "SAGALINE_LOG_LEVEL": "WARNING"}
+    if cluster is None:
+        command, daemons = [sys.executable, "-m", "sagaline.cli", "rebuild"], []
+    else:
+        command = [str(SPARK_SH), "submit", "--master", cluster, *EXECUTOR_CONF]
+        daemons = _worker_pids()
     started = time.perf_counter()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sagaline.cli", "rebuild"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        rss = TreeRss(proc.pid)
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        rss = TreeRss([proc.pid, *daemons])
         code = proc.wait()
-        rss.stop()
+        memory = rss.stop()
     elapsed = time.perf_counter() - started
-    output = [line for line in log.read_text(errors="replace").splitlines() if "=" in line]
+    output = log.read_text(errors="replace").splitlines()
     for line in output:
-        if line.startswith(("stage=", "summary")):
+        if line.startswith("summary"):
             print(f"  | {line}")
-    assert code == 0, f"rebuild failed ({code}):\n{log.read_text()[-3000:]}"
-    peaks = ", ".join(f"{k} {v:,.0f} MiB" for k, v in sorted(rss.peak_by_kind.items()))
-    print(
-        f"rebuild   {events:,} events in {elapsed:.1f} s end to end (Spark start-up included) "
-        f"= {events / elapsed:,.0f} events/s"
-    )
-    print(f"memory    peak RSS of the process tree {rss.peak_total:,.0f} MiB ({peaks})")
-    return elapsed
+    assert code == 0, f"rebuild failed ({code}):\n{log.read_text(errors='replace')[-3000:]}"
+    stages = next((line for line in output if line.startswith("summary seconds")), "")
+    return Rebuilt(elapsed, stages, memory)
+
+
+def _worker_pids() -> list[int]:
+    """The cluster's worker daemons (their children are the executors)."""
+    pids = []
+    for pid_file in sorted((SPARK_SH.parents[2] / ".local/spark/cluster").glob("worker-*.pid")):
+        pids.append(int(pid_file.read_text().strip()))
+    return pids
+
+
+@contextmanager
+def cluster_running() -> Iterator[str]:
+    """The local standalone cluster's master URL; started here (and stopped) if needed."""
+    ran_before = subprocess.run([SPARK_SH, "cluster-status"], capture_output=True).returncode == 0
+    up = subprocess.run([SPARK_SH, "cluster-up"], capture_output=True, text=True)
+    assert up.returncode == 0, f"the Spark cluster did not start:\n{up.stderr}"
+    try:
+        yield up.stdout.strip()
+    finally:
+        if not ran_before:
+            subprocess.run([SPARK_SH, "cluster-down"], capture_output=True)
 
 
 @contextmanager
@@ -253,35 +322,62 @@ async def main(args: argparse.Namespace) -> None:
     settings = Settings(topic_prefix=f"benchrb{run}", app_id=f"benchrb{run}", log_level="WARNING")
     print(f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}")
     print(
-        f"postgres  {PG_URL.split('@')[-1]}  spark {settings.spark_master}, "
-        f"driver memory {settings.spark_driver_memory}"
+        f"postgres  {PG_URL.split('@')[-1]}  spark local: {settings.spark_master}, driver "
+        f"memory {settings.spark_driver_memory}; cluster: 2 workers of 1 core, "
+        f"{' '.join(EXECUTOR_CONF[1::2])}"
     )
+    print(f"load      1-minute load average {os.getloadavg()[0]:.2f} at start")
     await create_topics(settings)
     try:
         ends = await produce(settings, args.events, args.products)
         total = sum(ends.values())
-        raw = await raw_consume_rate(settings, ends, 2000)
-        print(f"baseline  raw aiokafka consume of the topic (no decoding): {raw:,.0f} events/s")
-        with fresh_database() as url:
-            elapsed = rebuild(settings, url, total, tmp / "rebuild.log")
-        with fresh_database() as url:
-            applied, seconds = await projector_rate(
-                settings, url, args.projector_sample, args.projector_seconds
+        raws = [await _raw(settings, ends)]
+        rates: dict[str, float] = {}
+        for mode in ["local", *([] if args.no_cluster else ["cluster"])]:
+            with contextlib.ExitStack() as stack:
+                master = None if mode == "local" else stack.enter_context(cluster_running())
+                url = stack.enter_context(fresh_database())
+                done = rebuild(settings, url, tmp / f"rebuild-{mode}.log", cluster=master)
+            rates[mode] = total / done.seconds
+            print(
+                f"rebuild   {mode}: {total:,} events in {done.seconds:.1f} s end to end "
+                f"(Spark start-up included) = {rates[mode]:,.0f} events/s\n"
+                f"memory    {mode}: {done.memory}"
             )
-        rate = applied / seconds
-        print(
-            f"projector {applied:,} events applied in {seconds:.1f} s = {rate:,.0f} events/s "
-            f"(first {args.projector_sample:,} events or {args.projector_seconds:.0f} s; "
-            f"batch {settings.projector_batch_size}); at that rate {total:,} events take "
-            f"{total / rate:,.0f} s"
-        )
-        print(
-            f"result    rebuild {total / elapsed:,.0f} events/s = {total / elapsed / rate:.1f}x "
-            f"the online projector; {elapsed:.1f} s for {total:,} events "
-            f"(target: under 60 s) {'MET' if elapsed < 60 else 'MISSED'}"
-        )
+            raws.append(await _raw(settings, ends))
+        if args.projector_sample:
+            await _projector(settings, args, total)
+        raw = statistics.fmean(raws)
+        print(f"load      1-minute load average {os.getloadavg()[0]:.2f} at end")
+        for mode, rate in rates.items():
+            verdict = "" if mode != "local" else (" MET" if rate / raw >= 0.06 else " MISSED")
+            print(
+                f"result    {mode}: {rate:,.0f} events/s = {rate / raw:.3f}x the raw consume "
+                f"rate ({raw:,.0f} events/s, the mean of {len(raws)} in this run)"
+                + (f"; target >= 0.06x{verdict}" if verdict else "")
+            )
     finally:
         await delete_run_topics(settings)
+
+
+async def _raw(settings: Settings, ends: dict[int, int]) -> float:
+    raw = await raw_consume_rate(settings, ends, 2000)
+    print(f"baseline  raw aiokafka consume of the topic (no decoding): {raw:,.0f} events/s")
+    return raw
+
+
+async def _projector(settings: Settings, args: argparse.Namespace, total: int) -> None:
+    with fresh_database() as url:
+        applied, seconds = await projector_rate(
+            settings, url, args.projector_sample, args.projector_seconds
+        )
+    rate = applied / seconds
+    print(
+        f"projector {applied:,} events applied in {seconds:.1f} s = {rate:,.0f} events/s "
+        f"(first {args.projector_sample:,} events or {args.projector_seconds:.0f} s; "
+        f"batch {settings.projector_batch_size}); at that rate {total:,} events take "
+        f"{total / rate:,.0f} s"
+    )
 
 
 if __name__ == "__main__":
@@ -290,7 +386,10 @@ if __name__ == "__main__":
     )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--products", type=int, default=1000)
-    parser.add_argument("--projector-sample", type=int, default=200_000)
+    parser.add_argument("--no-cluster", action="store_true", help="local mode only")
+    parser.add_argument(
+        "--projector-sample", type=int, default=0, help="events the projector applies (0: none)"
+    )
     parser.add_argument("--projector-seconds", type=float, default=90.0)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     asyncio.run(main(parser.parse_args()))

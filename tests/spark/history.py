@@ -70,6 +70,11 @@ class Writer:
         self.events.append(event)
         return event
 
+    def drain(self) -> list[Envelope]:
+        """The events emitted since the last drain (the sequences stay)."""
+        events, self.events = self.events, []
+        return events
+
 
 @dataclass
 class Shop:
@@ -88,6 +93,14 @@ class Shop:
 
 def order_history(orders: int, products: int = 50, seed: int = 7, days: int = 3) -> list[Envelope]:
     """The events of ``orders`` sagas (about 9 per saga), in the order they happened."""
+    return list(order_stream(orders, products, seed, days))
+
+
+def order_stream(
+    orders: int, products: int = 50, seed: int = 7, days: int = 3
+) -> Iterator[Envelope]:
+    """:func:`order_history`'s events, made one saga at a time: a history larger than
+    memory (the 10M-event benchmark) is written as it is made."""
     rng = random.Random(seed)
     shop = Shop(Writer(), rng, {f"p{i}": [0, 0] for i in range(products)})
     for product in shop.stock:
@@ -95,12 +108,13 @@ def order_history(orders: int, products: int = 50, seed: int = 7, days: int = 3)
         cmd = external_command_id(product, "stock")
         fact = lc.CapacitySet(**shop.totals(product))
         shop.writer.emit(f"product:{product}", fact, T0, None, cmd)
+    yield from shop.writer.drain()
     span = timedelta(days=days).total_seconds()
     kinds = [k for k, w in OUTCOMES for _ in range(w)]
     for i in range(orders):
         start = T0 + timedelta(seconds=span * i / max(orders, 1))
         _saga(shop, f"o{i:07d}", start, rng.choice(kinds))
-    return shop.writer.events
+        yield from shop.writer.drain()
 
 
 def _saga(shop: Shop, order: str, at: datetime, kind: str) -> None:
