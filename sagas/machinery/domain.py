@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from sagas.contracts.system import Tick
 from sagas.machinery.process import Process
+from sagas.machinery.versions import Versions
 from sagas.messages import Message
 from sagas.projections.declare import ReadModel, SagaType
 
@@ -37,14 +38,19 @@ class ProcessChannel:
     worker runs it only with SAGALINE_CDC_ENABLED. Without CDC its topic stays empty, and a
     consumer of its partitions would cost every fetch of the worker's consumer for nothing
     (5-8 points of a core below full load: BENCHMARKS.md, "Issue 11, fifth step")."""
+    versions: tuple[type[Any], ...] = ()
+    """Older versions of ``definition`` that instances in flight still run by
+    (:mod:`sagas.machinery.versions`); ``definition`` is the newest."""
 
     @property
     def accepts(self) -> tuple[type[Message], ...]:
-        return (*self.definition.ACCEPTS, Tick)
+        every = (self.definition, *self.versions)
+        return (*dict.fromkeys(m for d in every for m in d.ACCEPTS), Tick)
 
     @property
     def facts(self) -> tuple[type[Message], ...]:
-        return self.definition.FACTS
+        every = (self.definition, *self.versions)
+        return tuple(dict.fromkeys(m for d in every for m in d.FACTS))
 
     @property
     def key(self) -> str:
@@ -115,7 +121,8 @@ class Domain(Generic[P]):
                 f"domain {self.name!r} built processes {[p.name for p in built]} for its "
                 f"channels {[c.name for c in self.channels]}: one for each"
             )
-        return built
+        versions = {c.name: c.versions for c in self.channels}
+        return [Versions.of(p, versions[p.name]) for p in built]
 
     @property
     def entity_types(self) -> frozenset[str]:

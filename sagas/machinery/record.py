@@ -29,6 +29,10 @@ class Record(BaseModel, Generic[S]):
 
     model_config = ConfigDict(frozen=True)
 
+    version: int | None = None
+    """The version of its definition that started it (:mod:`sagas.machinery.versions`);
+    None: an unversioned definition's, or a record from before versions. Declared first:
+    a versioned state is read by it."""
     state: S
     seen: History[None] = Field(default_factory=History)
     sequence: int = 0
@@ -43,9 +47,10 @@ class Record(BaseModel, Generic[S]):
 
     def encode(self) -> bytes:
         """The record's own value (its histories' tails; their chunks are :meth:`writes`)."""
+        unversioned = set() if self.version is not None else _UNVERSIONED  # bytes as before
         if self.retired_at is None:  # every record but a marker: as before retirement
-            return self.model_dump_json(exclude=_NOT_RETIRED).encode()
-        return self.model_dump_json().encode()
+            return self.model_dump_json(exclude=_NOT_RETIRED | unversioned).encode()
+        return self.model_dump_json(exclude=unversioned).encode()
 
     def writes(
         self, key: str, stored: Record[Any] | None
@@ -144,6 +149,7 @@ class Record(BaseModel, Generic[S]):
 
 
 _NOT_RETIRED = {"retired_at"}
+_UNVERSIONED = {"version"}
 _STARTED_AT = b',"started_at":'
 _NO_DEADLINES = b',"deadlines":{}'
 _TAIL = re.compile(

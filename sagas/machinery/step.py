@@ -12,6 +12,7 @@ from sagas.ids import derive_id
 from sagas.machinery.process import Command, Context, Decision, Fact, Outbound, Process
 from sagas.machinery.record import FORGET_DEADLINE, Record
 from sagas.machinery.retirement import RETIRE_DEADLINE, Retirement, final_of
+from sagas.machinery.versions import pinned, started_version
 from sagas.messages import Envelope, Message
 
 EVENTS_CHANNEL = "events"
@@ -58,7 +59,9 @@ def step(
     key = envelope.key
     known = record is not None
     if record is None:
-        record = Record[process.state_type](state=process.initial(key))  # type: ignore[name-defined]
+        codec = Record.codec(process.state_type)
+        record = codec(state=process.initial(key), version=started_version(process))
+    process, record = pinned(process, record)  # the version the key started on decides
     if record.retired_at is not None:
         return _retired(record, envelope, now)
     if envelope.message_id in record.seen:
