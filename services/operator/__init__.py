@@ -1,3 +1,4 @@
-"""What an operator does to sagas: cancel one, or cancel a filtered set (a bulk
-compensation) after a dry run; each action recorded in the read side with its progress.
-The design note is docs in README's "The console" section and :mod:`services.operator.plans`."""
+"""What an operator does to sagas: cancel one, or cancel every saga a filter matches (a bulk
+compensation) after a recorded dry run, with its progress stored in the read side. The
+dry run's design note: :mod:`services.operator.plans`; the execution's:
+:mod:`services.operator.actions`."""
