@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pickle
 import time
 from collections import Counter
 from decimal import Decimal
@@ -31,7 +32,7 @@ from sagas.contracts import ledger as lc
 from sagas.contracts import payment as pc
 from sagas.machinery.replay import Replay, replay_all
 from services.replay.candidates import choose
-from services.replay.history import RecordedHistory, read_history
+from services.replay.history import RecordedHistory, assemble, read_raw
 from services.replay.report import render, summarize
 from tests.integration.harness import Worker
 from tests.integration.replay_load import SILENT, drive
@@ -87,11 +88,15 @@ def _why(reason: str | None) -> str:
     return f" ({reason[:24]})"
 
 
-async def main(args: argparse.Namespace) -> None:
+async def record(args: argparse.Namespace) -> tuple[Settings, set[str], Any]:
+    """Run the load on a worker of its own; the settings, the sagas' keys and the records
+    read back (kept in ``--dump``, if given, to replay again with ``--from-dump``)."""
     data, settings = run_settings(
-        "replay", step_timeout_s=5.0, payment_silent_methods=SILENT, reservation_ttl_s=600.0
+        "replay",
+        step_timeout_s=args.step_timeout,
+        payment_silent_methods=SILENT,
+        reservation_ttl_s=600.0,
     )
-    print(f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}")
     await create_topics(settings)
     async with worker_bus_tail(settings, data) as (workers, bus, tail):
         started = time.perf_counter()
@@ -110,57 +115,69 @@ async def main(args: argparse.Namespace) -> None:
             + ", ".join(f"{t} {s}{w}: {n}" for (t, s, w), n in sorted(outcomes.items()))
         )
         began = time.perf_counter()
-        history = await read_history(settings, PROCESS_CHANNELS)
-        read_s = time.perf_counter() - began
-        print(
-            f"read      {history.records:,} records ({len(history.histories):,} keys) in "
-            f"{read_s:.1f} s"
-        )
+        raw = await read_raw(settings, PROCESS_CHANNELS)
+        print(f"read      {len(raw[0]):,} records in {time.perf_counter() - began:.1f} s")
+    keys = set(load.orders) | set(load.enrollments)
+    if args.dump:
+        with open(args.dump, "wb") as f:
+            pickle.dump((settings, keys, raw), f)
+    return settings, keys, raw
 
-        if args.profile:
-            import cProfile
-            import pstats
 
-            with cProfile.Profile() as profile:
-                replayed(settings, history)
-            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
-        same, same_s = replayed(settings, history)
-        summary = summarize(same, compared_with_baseline=False)
-        print(f"unchanged replayed in {same_s:.1f} s ({read_s + same_s:.1f} s with the read):")
-        print(render(summary))
-        sagas = {k.key for k in same.keys if k.channel in ("order-saga", "enrollment-saga")}
-        finals = sorted({(k.channel, k.status_after) for k in same.keys if k.key in sagas})
-        print(f"          saga outcomes in the history: {finals}")
-        assert sagas == set(load.orders) | set(load.enrollments)
-        assert summary.diverging == 0 and not summary.not_replayable
+async def main(args: argparse.Namespace) -> None:
+    print(f"machine: {machine()}\ncommit: {git_rev()}")
+    if args.from_dump:
+        with open(args.from_dump, "rb") as f:
+            settings, keys, raw = pickle.load(f)
+    else:
+        settings, keys, raw = await record(args)
+    began = time.perf_counter()
+    history = assemble(*raw)
+    print(f"grouped   {len(history.histories):,} keys in {time.perf_counter() - began:.1f} s")
+    if args.profile:
+        import cProfile
+        import pstats
 
-        lower = Decimal(args.lower)
-        between = {
-            key
-            for key, p in inputs(history, "payment", pc.Authorize.TYPE)
-            if p["method"] == "card" and lower < Decimal(p["amount"]) <= settings.payment_max_amount
-        }
-        limit, limit_s = replayed(settings, history, payment_max_amount=str(lower))
-        found = diverging(limit)
-        print(
-            f"limit     payment_max_amount {settings.payment_max_amount} -> {lower}: "
-            f"{len(found)} diverging keys, {len(between)} payments between the limits, "
-            f"equal: {found == {('payment', k) for k in between}} ({limit_s:.1f} s)"
-        )
-        print(render(summarize(limit, compared_with_baseline=True)).split("\n\n")[1])
-        assert found == {("payment", k) for k in between}
+        with cProfile.Profile() as profile:
+            replayed(settings, history)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    same, same_s = replayed(settings, history)
+    summary = summarize(same, compared_with_baseline=False)
+    print(f"unchanged replayed in {same_s:.1f} s:")
+    print(render(summary))
+    sagas = {k.key for k in same.keys if k.channel in ("order-saga", "enrollment-saga")}
+    finals = Counter((k.channel, k.status_after) for k in same.keys if k.key in sagas)
+    print(f"          final statuses: {sorted(finals.items())}")
+    assert sagas == keys
+    assert summary.diverging == 0 and not summary.not_replayable
 
-        released = inputs(history, "inventory", lc.Cancel.TYPE)
-        released += inputs(history, "payment", pc.Void.TYPE)
-        compensated = {key for key, _ in released}
-        bug, bug_s = replayed(settings, history, definitions="tests.unit.replay_bug")
-        found = diverging(bug)
-        print(
-            f"bug       one compensation skipped: {len(found)} diverging keys, "
-            f"{len(compensated)} orders that compensated, "
-            f"equal: {found == {('order-saga', k) for k in compensated}} ({bug_s:.1f} s)"
-        )
-        assert found == {("order-saga", k) for k in compensated}
+    lower = Decimal(args.lower)
+    between = {
+        key
+        for key, p in inputs(history, "payment", pc.Authorize.TYPE)
+        if p["method"] == "card" and lower < Decimal(p["amount"]) <= settings.payment_max_amount
+    }
+    limit, limit_s = replayed(settings, history, payment_max_amount=str(lower))
+    found = diverging(limit)
+    print(
+        f"limit     payment_max_amount {settings.payment_max_amount} -> {lower}: "
+        f"{len(found)} diverging keys, {len(between)} payments between the limits, "
+        f"equal: {found == {('payment', k) for k in between}} ({limit_s:.1f} s)"
+    )
+    print(render(summarize(limit, compared_with_baseline=True)))
+    assert found == {("payment", k) for k in between}
+
+    released = inputs(history, "inventory", lc.Cancel.TYPE)
+    released += inputs(history, "payment", pc.Void.TYPE)
+    compensated = {key for key, _ in released}
+    bug, bug_s = replayed(settings, history, definitions="tests.unit.replay_bug")
+    found = diverging(bug)
+    print(
+        f"bug       one compensation skipped: {len(found)} diverging keys, "
+        f"{len(compensated)} orders that compensated, "
+        f"equal: {found == {('order-saga', k) for k in compensated}} ({bug_s:.1f} s)"
+    )
+    assert found == {("order-saga", k) for k in compensated}
 
 
 if __name__ == "__main__":
@@ -172,4 +189,7 @@ if __name__ == "__main__":
     parser.add_argument("--lower", default="300", help="the lowered payment limit")
     parser.add_argument("--kill-after", type=float, default=8.0)
     parser.add_argument("--profile", action="store_true", help="profile the unchanged replay")
+    parser.add_argument("--step-timeout", type=float, default=30.0)
+    parser.add_argument("--dump", help="keep the records read in this file")
+    parser.add_argument("--from-dump", help="replay the records kept by --dump, record nothing")
     asyncio.run(main(parser.parse_args()))

@@ -49,7 +49,12 @@ from sagas.messages import ContractError, Envelope
 class Recording:
     """Every message recorded on the process channels and the event topic, by its cause."""
 
-    def __init__(self, sent: Iterable[Sent]) -> None:
+    def __init__(
+        self, sent: Iterable[Sent], dead_lettered: Mapping[str, str] | None = None
+    ) -> None:
+        self.dead_lettered = dict(dead_lettered or {})
+        """Inputs the worker dead-lettered (by message id), and why: nothing of their
+        decision was applied (a contract broken, a message or state too large)."""
         self.by_cause: dict[str, list[Sent]] = defaultdict(list)
         self.ids: set[str] = set()
         for s in sent:
@@ -126,6 +131,8 @@ class KeyReplay:
     decisions: int = 0
     diverging: list[Compared] = field(default_factory=list)
     not_replayable: str | None = None
+    dead_lettered: int = 0
+    """Inputs the worker dead-lettered: stepped by neither run, not compared."""
     status_before: str = "-"
     """The final status the recorded run reached (its baseline's; the candidate's when
     there is no baseline)."""
@@ -250,6 +257,9 @@ class _Run:
         self.timeline: list[tuple[datetime, str]] = []
 
     def input(self, envelope: Envelope) -> None:
+        if envelope.message_id in self.recording.dead_lettered:
+            self.report.dead_lettered += 1  # nothing of it was applied: as the worker did
+            return
         is_tick = envelope.type == Tick.TYPE
         now = self._tick_time(envelope) if is_tick else self._time(envelope)
         self.fire_own_deadlines(now)

@@ -17,7 +17,8 @@ instance finishes (``sagaline versions`` says how many are in flight, by version
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, cast
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ValidationInfo, WrapValidator
 
 from sagas.machinery.process import Context, Decision, Process
 from sagas.machinery.record import Record
+from sagas.machinery.retirement import final_of
 from sagas.messages import Message
 
 FIRST = 1
@@ -173,6 +175,26 @@ def pinned(process: Process[Any], record: Record[Any]) -> tuple[Process[Any], Re
     if isinstance(process, Versions):
         return process.pinned(record)
     return process, record
+
+
+def in_flight(process: Process[Any], records: Iterable[Record[Any]]) -> Counter[int]:
+    """How many of ``records`` (a channel's stored records) are in flight, by the version
+    they hold: not retired, and not final by the rules they run on (a definition that
+    cannot finish keeps every key in flight). A version is needed while it has instances,
+    even when a newer one declares their upgrade: their stored state is read by it."""
+    found: Counter[int] = Counter()
+    for record in records:
+        if record.retired_at is not None:
+            continue
+        stored = record.version or FIRST
+        try:
+            definition, record = pinned(process, record)
+        except VersionGone:
+            definition = None
+        is_final = final_of(definition) if definition is not None else None
+        if is_final is None or not is_final(record.state):
+            found[stored] += 1
+    return found
 
 
 def started_version(process: Process[Any]) -> int | None:

@@ -12,11 +12,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
-from runtime.topics import EVENTS, topic_partitions
+from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.machinery.replay import KeyHistory, Recording
 from sagas.machinery.replay_compare import Sent
 from sagas.machinery.step import EVENTS_CHANNEL
 from sagas.messages import ContractError, Envelope
+from services.worker.deadletter import DeadLetter
 
 FETCH_BYTES = 8 * 1024 * 1024
 
@@ -28,6 +29,7 @@ class Raw:
     channel: str
     partition: int
     value: bytes | None
+    offset: int = -1
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,16 @@ class RecordedHistory:
     decisions may be missing from the comparison."""
 
 
-def assemble(raws: Iterable[Raw], earliest: Mapping[tuple[str, int], int]) -> RecordedHistory:
+def assemble(
+    raws: Iterable[Raw],
+    earliest: Mapping[tuple[str, int], int],
+    letters: Mapping[tuple[str, int, int], str] | None = None,
+) -> RecordedHistory:
     """Group the records into each key's inputs (in partition order) and every message sent;
-    ``earliest``: the first offset each (channel, partition) still holds."""
+    ``earliest``: the first offset each (channel, partition) still holds; ``letters``: the
+    (channel, partition, offset) of each input the worker dead-lettered, and why."""
+    letters = letters or {}
+    dead: dict[str, str] = {}
     inputs: dict[tuple[str, str], list[Envelope]] = defaultdict(list)
     partition_of: dict[tuple[str, str], int] = {}
     sent: list[Sent] = []
@@ -61,6 +70,8 @@ def assemble(raws: Iterable[Raw], earliest: Mapping[tuple[str, int], int]) -> Re
             continue
         until = envelope.occurred_at if until is None else max(until, envelope.occurred_at)
         sent.append(Sent(raw.channel, envelope))
+        if (why := letters.get((raw.channel, raw.partition, raw.offset))) is not None:
+            dead[envelope.message_id] = why
         if raw.channel != EVENTS_CHANNEL:
             inputs[(raw.channel, envelope.key)].append(envelope)
             partition_of[(raw.channel, envelope.key)] = raw.partition
@@ -69,11 +80,20 @@ def assemble(raws: Iterable[Raw], earliest: Mapping[tuple[str, int], int]) -> Re
         for (channel, key), envs in inputs.items()
     ]
     cut = tuple(p for (c, p), first in sorted(earliest.items()) if c == EVENTS_CHANNEL and first)
-    return RecordedHistory(histories, Recording(sent), records, undecodable, until, cut)
+    recording = Recording(sent, dead)
+    return RecordedHistory(histories, recording, records, undecodable, until, cut)
 
 
 async def read_history(settings: Settings, channels: Sequence[str]) -> RecordedHistory:
     """Read the topics of ``channels`` and the event topic up to their end offsets now."""
+    return assemble(*await read_raw(settings, channels))
+
+
+async def read_raw(
+    settings: Settings, channels: Sequence[str]
+) -> tuple[list[Raw], dict[tuple[str, int], int], dict[tuple[str, int, int], str]]:
+    """The records of :func:`read_history`, the earliest offset of each partition and the
+    dead letters' positions, before they are grouped."""
     consumer = AIOKafkaConsumer(
         **aiokafka_options(settings),
         enable_auto_commit=False,
@@ -91,14 +111,33 @@ async def read_history(settings: Settings, channels: Sequence[str]) -> RecordedH
         raws = await _read(consumer, partitions, channel_of)
         begin = await consumer.beginning_offsets(partitions)
         earliest = {(channel_of[tp.topic], tp.partition): o for tp, o in begin.items()}
+        dead_letters = await topic_partitions(consumer, settings.topic(DEAD_LETTERS))
+        letters = _letters(await _read(consumer, dead_letters, {}), channel_of)
     finally:
         await consumer.stop()
-    return assemble(raws, earliest)
+    return raws, earliest, letters
+
+
+def _letters(raws: list[Raw], channel_of: dict[str, str]) -> dict[tuple[str, int, int], str]:
+    """Where each dead-lettered input was, and why (services/worker/deadletter.py)."""
+    found: dict[tuple[str, int, int], str] = {}
+    for raw in raws:
+        try:
+            letter = DeadLetter.decode(raw.value or b"")
+        except ValueError:
+            continue
+        channel = channel_of.get(str(letter.get("source_topic")))
+        partition, offset = letter.get("partition"), letter.get("offset")
+        if channel is not None and isinstance(partition, int) and isinstance(offset, int):
+            found[(channel, partition, offset)] = str(letter.get("reason"))
+    return found
 
 
 async def _read(
     consumer: AIOKafkaConsumer, partitions: list[TopicPartition], channel_of: dict[str, str]
 ) -> list[Raw]:
+    if not partitions:
+        return []
     end = await consumer.end_offsets(partitions)
     begin = await consumer.beginning_offsets(partitions)
     left = {tp for tp in partitions if end[tp] > begin[tp]}
@@ -108,8 +147,10 @@ async def _read(
     while left:
         batch = await consumer.getmany(*left, timeout_ms=1000)
         for tp, records in batch.items():
-            channel = channel_of[tp.topic]
-            raws += [Raw(channel, tp.partition, r.value) for r in records if r.offset < end[tp]]
+            channel = channel_of.get(tp.topic, tp.topic)
+            raws += [
+                Raw(channel, tp.partition, r.value, r.offset) for r in records if r.offset < end[tp]
+            ]
             if records and records[-1].offset + 1 >= end[tp]:
                 left.discard(tp)
         for tp in list(left):

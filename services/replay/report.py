@@ -40,6 +40,8 @@ class Summary:
     """``channel: before -> after`` -> how many keys (None: no baseline to compare with)."""
     ended_keys: dict[str, list[str]]
     unattributed: int
+    dead_lettered: int = 0
+    """Inputs the worker dead-lettered: applied by neither run, not compared."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -67,6 +69,7 @@ class Summary:
             "ended_differently": self.ended,
             "ended_differently_keys": self.ended_keys,
             "unattributed_deadline_decisions": self.unattributed,
+            "dead_lettered_inputs": self.dead_lettered,
             "notes": self.notes,
         }
 
@@ -104,6 +107,7 @@ def summarize(replay: Replay, compared_with_baseline: bool) -> Summary:
         ended=dict(ended) if compared_with_baseline else None,
         ended_keys=dict(ended_keys) if compared_with_baseline else {},
         unattributed=replay.unattributed,
+        dead_lettered=sum(k.dead_lettered for k in replay.keys),
     )
 
 
@@ -134,6 +138,11 @@ def render(summary: Summary) -> str:
     if summary.unattributed:
         lines.append(
             f"recorded deadline decisions told to no key (not compared): {summary.unattributed}"
+        )
+    if summary.dead_lettered:
+        lines.append(
+            f"inputs the worker dead-lettered (applied by neither run, not compared): "
+            f"{summary.dead_lettered}"
         )
     lines += summary.notes
     return "\n".join(lines)

@@ -24,7 +24,9 @@ SILENT = "hang"
 """The payment method the gateway never answers (``payment_silent_methods``): a timeout."""
 PRICES = (Decimal("1.00"), Decimal("4.50"), Decimal("20.00"), Decimal("75.00"), Decimal("240.00"))
 PRODUCTS, SCARCE = 20, ("p0", "p1")
-COURSES, SEATS = 12, 3
+SEATS = 3
+ENROLLMENTS_PER_COURSE = 25
+"""Courses of 3 seats: waitlists of about 20 (a course's facts carry its waitlist)."""
 
 
 @dataclass
@@ -46,20 +48,20 @@ def _envelope(message: Message, key: str, saga: bool = False) -> Envelope:
     )  # fmt: skip
 
 
-async def set_up(bus: CommandBus, students: int) -> None:
+async def set_up(bus: CommandBus, students: int, courses: int) -> None:
     stock = [
         (INVENTORY, _envelope(lc.SetCapacity(on_hand=8 if p in SCARCE else 10**6), p))
         for p in (f"p{i}" for i in range(PRODUCTS))
     ]
-    courses = [
+    catalog = [
         (COURSE, _envelope(en.SetCourse(title=f"c{i}", capacity=SEATS, credits=1 + i % 3), f"c{i}"))
-        for i in range(COURSES)
+        for i in range(courses)
     ]
     people = [
         (STUDENT, _envelope(en.SetStudent(name=f"s{i}", max_credits=6), f"s{i}"))
         for i in range(students)
     ]
-    await bus.send_many([*stock, *courses, *people])
+    await bus.send_many([*stock, *catalog, *people])
 
 
 def _order(rng: random.Random) -> tuple[str, Decimal, list[tuple[str, Envelope]]]:
@@ -84,22 +86,24 @@ def _order(rng: random.Random) -> tuple[str, Decimal, list[tuple[str, Envelope]]
     return order_id, amount, sent
 
 
-def _enrollment(rng: random.Random, students: int) -> tuple[str, list[tuple[str, Envelope]]]:
+def _enrollment(
+    rng: random.Random, students: int, courses: int
+) -> tuple[str, list[tuple[str, Envelope]]]:
     key = uuid.uuid4().hex[:16]
     enroll = en.Enroll(
         student_id=f"s{rng.randrange(students)}",
-        course_id=f"c{rng.randrange(COURSES)}",
+        course_id=f"c{rng.randrange(courses)}",
         waitlist=rng.random() < 0.7,
     )
     return key, [(ENROLLMENT_SAGA, _envelope(enroll, key, saga=True))]
 
 
-def _follow_up(rng: random.Random, key: str) -> tuple[str, Envelope] | None:
+def _follow_up(rng: random.Random, key: str, courses: int) -> tuple[str, Envelope] | None:
     roll = rng.random()
     if roll < 0.15:
         return ENROLLMENT_SAGA, _envelope(en.Drop(), key, saga=True)
     if roll < 0.30:
-        course = en.Transfer(course_id=f"c{rng.randrange(COURSES)}")
+        course = en.Transfer(course_id=f"c{rng.randrange(courses)}")
         return ENROLLMENT_SAGA, _envelope(course, key, saga=True)
     return None
 
@@ -110,7 +114,8 @@ async def drive(
     """Send the load in chunks, then wait until every saga settled (a timeout's included)."""
     rng = random.Random(seed)
     students = max(10, enrollments // 3)
-    await set_up(bus, students)
+    courses = max(4, enrollments // ENROLLMENTS_PER_COURSE)
+    await set_up(bus, students, courses)
     await asyncio.sleep(1)  # the stock and courses first: a test of their rules is not ours
     load = Load()
     pending = [("o", i) for i in range(orders)] + [("e", i) for i in range(enrollments)]
@@ -123,9 +128,9 @@ async def drive(
                 order_id, amount, sent = _order(rng)
                 load.orders[order_id] = amount
             else:
-                order_id, sent = _enrollment(rng, students)
+                order_id, sent = _enrollment(rng, students, courses)
                 load.enrollments.append(order_id)
-                if (more := _follow_up(rng, order_id)) is not None:
+                if (more := _follow_up(rng, order_id, courses)) is not None:
                     later.append(more)
             batch += sent
         await bus.send_many(batch)
