@@ -20,6 +20,7 @@ from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
 from faults.stack import Stack, create_database, cycle_api_key, cycle_settings, drop_database
 from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
+from faults.traffic import TrafficLoad, started_bus, traffic_loads
 from readside import codec, queries, schema
 from readside.engine import create_read_engine
 from runtime.topics import DEAD_LETTERS, EVENTS, ORDER_SAGA, changelog_topic
@@ -128,12 +129,20 @@ class Cycle:
             enrolling = EnrollmentLoad(http, list(COURSES), students, self.rng, namespace)
             await self._set_stock(driver, http, products)
             await self._set_courses_and_students(driver, http, students)
+            # Every domain that declares its traffic (faults/traffic.py), beside the above.
+            loads = traffic_loads(f"{self.run_id}-{self.number}", self.rng)
+            bus = await started_bus(stack.settings)
+            await asyncio.gather(*(load.setup(bus) for load in loads))
             stop_supervising = asyncio.Event()
             supervisor = asyncio.create_task(injector.supervise(stop_supervising))
             self.t0 = time.monotonic()
             faults = asyncio.create_task(self._inject(injector))
             try:
-                await asyncio.gather(driver.run(self.load_s), enrolling.run(self.load_s))
+                await asyncio.gather(
+                    driver.run(self.load_s),
+                    enrolling.run(self.load_s),
+                    *(load.run(bus, self.load_s) for load in loads),
+                )
                 await faults
                 await self._all_up(stack)
                 api_orders = await self._drain(http, driver)
@@ -142,13 +151,15 @@ class Cycle:
                 stop_supervising.set()
                 faults.cancel()
                 await asyncio.gather(supervisor, faults, return_exceptions=True)
-            observed = await self._observe(stack, injector, driver, http, api_orders, db_url)
+                await bus.stop()
+            observed = await self._observe(stack, injector, driver, http, api_orders, db_url, loads)
             observed.enrollments = enrolling.attempts
             observed.api_enrollments = await self._get_enrollments(http, enrolling)
         violations = check_all(observed) + [
             Violation("store-ahead-of-changelog", "worker tables", m)
             for m in injector.store_mismatches
         ]
+        violations += [v for load in loads for v in load.violations(observed.history)]
         accepted = driver.accepted
         return CycleResult(
             number=self.number,
@@ -161,7 +172,7 @@ class Cycle:
             violations=violations,
             logs=[str(s.log_dir / f"{s.command}-*.log") for s in stack.services]
             + [str(self.broker.home / "logs" / "server.log")],
-            client_stats=dict(driver.stats + enrolling.stats),
+            client_stats=dict(sum((load.stats for load in loads), driver.stats + enrolling.stats)),
             enrollments_accepted=len(enrolling.accepted),
             enrollments_settled=sum(
                 1
@@ -306,6 +317,7 @@ class Cycle:
         http: httpx.AsyncClient,
         api_orders: dict[str, dict[str, Any]],
         db_url: str,
+        loads: list[TrafficLoad],
     ) -> Observed:
         settings = stack.settings
         bootstrap = settings.kafka_bootstrap
@@ -337,7 +349,8 @@ class Cycle:
             ] + _held_seats_and_credits(history)
             caught_up = all(models.checkpoints.get(p, 0) >= e for p, e in ends.items())
             missing = expected - dead_letter_sources(dead)
-            if caught_up and not reserved and not missing and not worker_lag:
+            unsettled = [v for load in loads for v in load.violations(history)]
+            if caught_up and not reserved and not missing and not worker_lag and not unsettled:
                 break
             if time.monotonic() > deadline:
                 break

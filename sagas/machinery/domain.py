@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from sagas.contracts.system import Tick
 from sagas.machinery.process import Process
+from sagas.machinery.traffic import Traffic
 from sagas.machinery.versions import Versions
 from sagas.messages import Message
 from sagas.projections.declare import ReadModel, SagaType
@@ -89,6 +90,9 @@ class Domain(Generic[P]):
     demo: str | None = None
     cancellations: tuple[Cancellation, ...] = ()
     """How an operator cancels each of its saga types (a type without one cannot be)."""
+    traffic: Traffic | None = None
+    """Its sample traffic and invariants, for the Spark/online equality test and the fault
+    harness (:mod:`sagas.machinery.traffic`); None: those exercise it with code of their own."""
 
     def __post_init__(self) -> None:
         for saga in self.saga_types:

@@ -38,7 +38,7 @@ from tests.integration.readside import (
     snapshot,
     wait_until_applied,
 )
-from tests.spark import enrollments, history, legacy
+from tests.spark import domains, enrollments, history, legacy
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -50,6 +50,7 @@ def mixed_history() -> list[tuple[bytes | None, bytes | None]]:
         *history.encoded(history.messy(events, seed=18)),
         *history.encoded(enrollments.messy_enrollments(400, seed=19)),
         *history.encoded(legacy.legacy_history()),
+        *history.encoded(history.messy(domains.traffic_history(), 31, domains.traffic_entities())),
         *history.malformed(sample),
         *history.lax_order(),
         *enrollments.lax_course(),

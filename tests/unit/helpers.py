@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -188,6 +189,14 @@ class Bus:
     def resume(self, channel: str, now: datetime = T0) -> None:
         self.paused.discard(channel)
         held, self._held = self._held, []
+        self._queue.extend(held)
+        self.run(now)
+
+    def release(self, now: datetime, rng: random.Random | None = None) -> None:
+        """Deliver what ``hold`` kept back, shuffled by ``rng``: answers overtake each other."""
+        held, self._held = self._held, []
+        if rng is not None:
+            rng.shuffle(held)
         self._queue.extend(held)
         self.run(now)
 
