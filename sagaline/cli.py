@@ -523,6 +523,7 @@ def _kafka(work: Coroutine[Any, Any, T]) -> T:
 
 
 main.add_command(__import__("sagaline.replay", fromlist=["replay"]).replay)
+main.add_command(__import__("sagaline.versions", fromlist=["versions"]).versions)
 
 
 from sagaline import operator_cli as _operator_cli  # noqa: E402, F401  (sagas cancel|compensate)

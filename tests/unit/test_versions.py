@@ -16,8 +16,9 @@ from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.process import Process
 from sagas.machinery.record import Record
 from sagas.machinery.step import step
-from sagas.machinery.versions import VersionGone, Versions
+from sagas.machinery.versions import VersionGone, Versions, in_flight
 from sagas.messages import Envelope
+from services.inflight import count, latest
 
 from .helpers import Driver, at, envelope, events
 from .versions_example import OrderSagaV2, OrderSagaV3, OrderStateV3, domain, upgrade_from_1
@@ -133,3 +134,38 @@ def test_the_domain_builds_the_versions_its_channel_lists_and_they_declare_what_
     assert sorted(saga.by_version) == [1, 2]
     assert set(type(saga).ACCEPTS) == set(OrderSaga.ACCEPTS)
     assert pc.Authorized in type(saga).ACCEPTS
+
+
+def test_in_flight_counts_unfinished_records_by_the_version_they_hold() -> None:
+    process = both(OrderSagaV2, OrderSaga)
+    v1 = authorizing(OrderSaga(), "o-1")
+    v2 = authorizing(process, "o-2")
+    done = authorizing(process, "o-3")
+    done(cancel("o-3"))  # refused: still in flight
+    ended = Driver(process)
+    ended(placed("o-4", method="x"))
+    ended(cancel("o-4"))
+    assert ended.state.status == "CANCELLED"
+    records = [d.record for d in (v1, v2, done, ended) if d.record is not None]
+    assert in_flight(process, records) == {1: 1, 2: 2}
+
+
+def test_the_versions_command_says_which_older_version_can_go() -> None:
+    process = both(OrderSagaV2, OrderSaga)
+    v2 = authorizing(process, "o-2")
+    assert v2.record is not None
+    table = latest(
+        [
+            (b"o-2", v2.record.encode()),
+            (b"gone", b"{}"),
+            (b"gone", None),
+            (b"\x00position/t/0", b"7"),
+        ]
+    )
+    assert set(table) == {"o-2", "\x00position/t/0"}
+    lines = count(process, table).lines()
+    assert lines == [
+        "order-saga: newest version 2",
+        "  version 1: none in flight: it can be deleted",
+        "  version 2: 1 in flight (new instances start here)",
+    ]
