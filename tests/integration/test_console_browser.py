@@ -7,7 +7,9 @@ compensation) and reads its steps and reason, lists the failed sagas, then re-dr
 letter made exactly as test_deadletter_redrive.py makes one (an order too large for the
 worker's SAGALINE_MAX_MESSAGE_BYTES, then the worker restarted with the default limit) and
 watches that order's saga end in the console. A second click without force is refused.
-Screenshots of every page (and of a phone-width view) go to .local/console-screenshots/.
+It also opens the order saga's definition, drawn with its live counts, and compensates the
+waiting order through the list's bulk action (dry run, then confirmation). Screenshots of
+every page (and of a phone-width view) go to .local/console-screenshots/.
 
 Chromium and its driver come from Debian (``deploy/local/chromium.sh install``, which
 `make test` runs); nothing is downloaded at run time.
@@ -124,7 +126,38 @@ def until(check: object, timeout: float = 60, every: float = 0.5) -> None:
         time.sleep(every)
 
 
-def browse(settings: Settings, declined: str, redriven: str) -> None:
+def definition_and_actions(driver: WebDriver, base: str, waiting: str) -> None:
+    """Issue 32: the order saga drawn from its declaration with its live counts (the
+    waiting order at AUTHORIZING), its step's link to the list, and a bulk compensation of
+    that list: the dry run, then the confirmation."""
+    driver.get(f"{base}/console/definitions/order")
+    step = "a[href='/console/sagas?saga_type=order&status=AUTHORIZING']"
+
+    def counted() -> bool:
+        driver.get(f"{base}/console/definitions/order")
+        return "1 now" in driver.find_element(By.CSS_SELECTOR, step).text
+
+    until(counted, timeout=60, every=1)
+    picture = text_of(driver, "svg.definition")
+    for word in ("PENDING", "AUTHORIZING", "CONFIRMING", "CAPTURING", "CONFIRMED", "inventory"):
+        assert word in picture, word
+    shot(driver, "16-definition-order")
+    driver.get(f"{base}/console/sagas?saga_type=order&status=AUTHORIZING")
+    until(lambda: waiting in text_of(driver, "#saga-list"))
+    driver.find_element(By.ID, "compensate-these").click()
+    driver.find_element(By.ID, "a-reason").send_keys("browser test: payment provider down")
+    driver.find_element(By.ID, "dry-run").click()
+    until(lambda: "/console/actions/" in driver.current_url)
+    assert waiting in text_of(driver, "#action-sagas")
+    assert "payment.Void to payment" in text_of(driver, "#action-sagas")
+    assert text_of(driver, "#action-state") == "planned"
+    shot(driver, "17-action-dry-run")
+    driver.find_element(By.ID, "confirm-action").click()
+    until(lambda: text_of(driver, "#action-state") == "done")
+    shot(driver, "18-action-done")
+
+
+def browse(settings: Settings, declined: str, redriven: str, waiting: str) -> None:
     """Everything the operator does, in one browser (blocking: run in a thread)."""
     base = f"http://127.0.0.1:{settings.api_port}"
     with chromium() as driver:
@@ -143,6 +176,8 @@ def browse(settings: Settings, declined: str, redriven: str) -> None:
         assert api_key(settings) not in cookie["value"]  # a session id, never the key
         until(lambda: "caught up" in text_of(driver, "main"), timeout=60, every=1)
         shot(driver, "03-overview")
+        definition_and_actions(driver, base, waiting)
+        driver.get(f"{base}/console")
 
         # The keyboard: the first Tab reaches the skip link, which is then visible.
         driver.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
@@ -278,8 +313,14 @@ async def test_an_operator_finds_a_failed_order_and_redrives_a_dead_letter(
     tmp_path: Path,
 ) -> None:
     with fresh_database("postgresql", tmp_path) as url:
+        # A long step deadline: the waiting order stays at its step until the operator
+        # cancels it (nothing else here waits for a deadline).
         strict = isolated_settings(
-            tmp_path, max_message_bytes=10_000, database_url=url, api_port=API_PORT
+            tmp_path,
+            max_message_bytes=10_000,
+            database_url=url,
+            api_port=API_PORT,
+            step_timeout_s=600.0,
         )
         async with running_stack(strict, tmp_path) as stack:
             projector = ProjectorProcess(strict, tmp_path)
@@ -289,6 +330,7 @@ async def test_an_operator_finds_a_failed_order_and_redrives_a_dead_letter(
             try:
                 await stack.set_stock("m1", 5)
                 declined = await stack.place([("m1", 1)], method="decline")
+                waiting = await stack.place([("m1", 1)], method="hang")  # no payment answer
                 lines = [(f"p{i:02d}-" + "x" * 86, 1) for i in range(LINES)]
                 redriven = await stack.place(lines)
                 outcome = (await stack.tail.wait_for([declined], 60)).get(declined)
@@ -304,7 +346,7 @@ async def test_an_operator_finds_a_failed_order_and_redrives_a_dead_letter(
                 stack.worker.settings = fixed
                 await asyncio.to_thread(stack.worker.start)
 
-                await asyncio.to_thread(browse, strict, declined, redriven)
+                await asyncio.to_thread(browse, strict, declined, redriven, waiting)
                 outcome = (await stack.tail.wait_for([redriven], 30)).get(redriven)
                 assert outcome is not None and outcome.status == "REJECTED"
                 assert len(await _letters(strict, 1)) == 1  # not parked again
