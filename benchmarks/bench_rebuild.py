@@ -319,7 +319,12 @@ async def main(args: argparse.Namespace) -> None:
     run = uuid.uuid4().hex[:6]
     tmp = Path(f".local/bench-rebuild-{run}")
     tmp.mkdir(parents=True, exist_ok=True)
-    settings = Settings(topic_prefix=f"benchrb{run}", app_id=f"benchrb{run}", log_level="WARNING")
+    settings = Settings(
+        topic_prefix=f"benchrb{run}",
+        app_id=f"benchrb{run}",
+        log_level="WARNING",
+        read_retention_s=0.0,  # the history is dated 2024: rebuild it all, as before
+    )
     print(f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}")
     print(
         f"postgres  {PG_URL.split('@')[-1]}  spark local: {settings.spark_master}, driver "

@@ -180,7 +180,11 @@ def add_to_counters(conn: Connection, increments: Mapping[str, int]) -> None:
     conn.execute(added, values)
 
 
-def prune_receipts(conn: Connection, older_than: datetime) -> int:
+def prune_receipts(conn: Connection, older_than: datetime, limit: int | None = None) -> int:
+    """Delete receipts applied before ``older_than`` (at most ``limit`` of them)."""
     t = schema.command_receipts
-    result = conn.execute(delete(t).where(t.c.applied_at < codec.utc(older_than)))
+    old = t.c.applied_at < codec.utc(older_than)
+    if limit is not None:
+        old = t.c.command_id.in_(select(t.c.command_id).where(old).limit(limit))
+    result = conn.execute(delete(t).where(old))
     return result.rowcount or 0

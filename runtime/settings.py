@@ -353,6 +353,19 @@ class Settings(BaseSettings):
         gt=0,
         description="How long the projector keeps command receipts (what consistency tokens wait for)",
     )
+    # A finished saga's rows (its model row, timeline, own streams' positions) are kept a
+    # week: as long as the command topics keep a command (SAGALINE_COMMAND_RETENTION_MS, 7
+    # days), so a client or an operator holding anything that names a saga -- its id, a
+    # token, a command still on its topic -- finds it; and far longer than the worker
+    # remembers it (SAGALINE_RETIRE_AFTER_S + SAGALINE_RETIRED_MARKER_S, 25 h), so the read
+    # side never forgets a saga the worker still answers for. A week at 300 sagas/s held is
+    # ~180M sagas (13 rows each); at such rates shorten it. The whole story stays on the
+    # event topic for the rebuild's analytics (readside/retention.py says what goes).
+    read_retention_s: float = Field(
+        7 * 24 * 3600.0,
+        ge=0,
+        description="How long the read side keeps a saga that is final: then its row, its timeline and its own streams' positions (order:<id>, payment:<id>) are deleted, in bounded batches, by the projector (and the rebuild leaves them out); a GET for it answers 404 after that. Entities (stock, courses, students, accounts) stay. 0: keep every saga (why a week: runtime/settings.py)",
+    )
     read_poll_ms: int = Field(
         50,
         ge=5,

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlalchemy import Engine, Table
 
-from readside import store
+from readside import retention, schema, store
 from runtime.settings import Settings, get_settings
 from runtime.topics import EVENTS
 from spark_projections import catchup, failures, guard, pipeline, staging, swap, tables
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 STAGING_WRITERS = 3
 """Staging tables written at once (PostgreSQL)."""
+RETENTION_BATCH = 10_000
+"""Expired sagas deleted per transaction from the staging tables: nothing else reads them,
+and on SQLite they have no index, so each batch scans them; few and large."""
 
 
 class NotMigrated(RuntimeError):
@@ -172,6 +175,7 @@ def _build(
     progress.enter("stage")
     since = started_at - timedelta(hours=settings.receipt_retention_h)
     _fill_staging(engine, settings, pipeline.frames(staged, since), progress)
+    _retain(engine, settings, started_at, progress)
     rows = {t.name: progress.rows[t.name] for t in swap.STAGED if t.name in progress.rows}
     return Built(started_at, verdicts, counters, rows)
 
@@ -215,6 +219,20 @@ def _fill_staging(
     if engine.dialect.name == "postgresql":
         progress.enter("index")
         staging.add_keys(engine, swap.STAGED)
+
+
+def _retain(engine: Engine, settings: Settings, started_at: datetime, progress: Progress) -> None:
+    """The read side's retention on the staging tables, before they are swapped in: the
+    rebuild reads the whole topic, expired sagas included, and must not bring them back
+    (the projector's own prune would only delete them again, batch by batch)."""
+    if not settings.read_retention_s:
+        return
+    progress.enter("retention")
+    cutoff = started_at - timedelta(seconds=settings.read_retention_s)
+    staged = retention.named(staging.staging_name)
+    retention.prune_sagas(engine, cutoff, RETENTION_BATCH, tables=staged)
+    for t in (schema.saga_timeline, schema.entity_positions, *schema.MODEL_TABLES.values()):
+        progress.wrote(t.name, staging.count(engine, t))
 
 
 def _scratch(settings: Settings) -> Path:

@@ -55,6 +55,12 @@ class ProjectorPrometheus:
             "Events held longer than SAGALINE_GAP_ALERT_S",
             registry=r,
         )
+        self.pruned = Counter(
+            "sagaline_projector_pruned_sagas",
+            "Finished sagas whose rows the read side's retention deleted "
+            "(SAGALINE_READ_RETENTION_S)",
+            registry=r,
+        )
 
         self.rebuild_swapped = Gauge(
             "sagaline_rebuild_last_swapped_timestamp_seconds",

@@ -35,7 +35,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from sqlalchemy import Engine
 
-from readside import queries, store
+from readside import queries, retention, store
 from readside.batch import Applied, Batch, apply_batch
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
@@ -57,6 +57,11 @@ STAGE = "projector"
 POLL_MS = 200
 HOUSEKEEPING_S = 5.0
 PRUNE_EVERY_S = 600.0
+# Sagas (or receipts) per prune transaction, and transactions per housekeeping: a prune
+# holds the loop (it runs between batches) for tens of milliseconds per transaction, and
+# works off up to 10,000 sagas every HOUSEKEEPING_S, far above any rate a worker finishes.
+PRUNE_BATCH = 500
+PRUNE_BATCHES = 20
 MAX_BACKOFF_S = 30.0
 
 
@@ -384,8 +389,9 @@ class Projector:
         try:
             self._warn_about_gaps()
             self._show_last_rebuild()
-            if self._last_housekeeping - self._last_prune >= PRUNE_EVERY_S:
-                self._prune_receipts()
+            due = self._last_housekeeping - self._last_prune >= self._prune_every_s()
+            # A prune that left a backlog goes on at the next housekeeping.
+            if due and not self._prune():
                 self._last_prune = self._last_housekeeping
         except Exception as exc:  # never worth stopping the projection for
             log.warning("housekeeping failed: %s", exc)
@@ -414,12 +420,35 @@ class Projector:
         with self.engine.connect() as conn:
             self.prom.show_rebuild(queries.rebuild_history(conn))
 
-    def _prune_receipts(self) -> None:
-        cutoff = datetime.now(UTC) - timedelta(hours=self.settings.receipt_retention_h)
-        with self.engine.begin() as conn:
-            pruned = store.prune_receipts(conn, cutoff)
-        if pruned:
-            log.info("pruned %d command receipt(s) older than %s", pruned, cutoff)
+    def _prune_every_s(self) -> float:
+        # A tenth of a short retention (the soak's minute), so rows outlive it by little.
+        retention = self.settings.read_retention_s
+        return min(PRUNE_EVERY_S, retention / 10) if retention else PRUNE_EVERY_S
+
+    def _prune(self) -> bool:
+        """Delete what is past the read side's retentions, a bounded amount per call
+        (:mod:`readside.retention`); whether some is left for the next call."""
+        now = datetime.now(UTC)
+        receipts_cutoff = now - timedelta(hours=self.settings.receipt_retention_h)
+        receipts = retention.prune_receipts(
+            self.engine, receipts_cutoff, PRUNE_BATCH, PRUNE_BATCHES
+        )
+        if receipts:
+            log.info("pruned %d command receipt(s) older than %s", receipts, receipts_cutoff)
+        if not self.settings.read_retention_s:
+            return receipts == PRUNE_BATCH * PRUNE_BATCHES
+        cutoff = now - timedelta(seconds=self.settings.read_retention_s)
+        pruned = retention.prune_sagas(self.engine, cutoff, PRUNE_BATCH, PRUNE_BATCHES)
+        if pruned.sagas:
+            log.info(
+                "pruned %d saga(s) final before %s (%d timeline row(s), %d position(s))",
+                pruned.sagas,
+                cutoff,
+                pruned.timeline,
+                pruned.positions,
+            )
+        self.prom.pruned.inc(pruned.sagas)
+        return pruned.more or receipts == PRUNE_BATCH * PRUNE_BATCHES
 
 
 def _names(partitions: Collection[TopicPartition]) -> list[int]:

@@ -68,6 +68,9 @@ def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
         "reservation_ttl_s": 120.0,
         "log_level": "INFO",
         "api_keys_file": tmp / "api-keys",
+        # The tests' histories are dated (2024): the read side's retention would delete
+        # their finished sagas while a test reads them. Tests of the retention set it.
+        "read_retention_s": 0.0,
     }
     values.update(overrides)
     settings = Settings(**values)
