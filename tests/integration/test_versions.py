@@ -1,0 +1,189 @@
+"""Versions on the real broker: orders started under version 1, the worker restarted with
+version 2 code that keeps version 1: the version-1 orders finish by version 1's rules and
+new ones start on version 2; then version 3, which declares the upgrade from version 1,
+continues the remaining version-1 orders on its rules."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from benchmarks.common import delete_run_topics
+from runtime.settings import Settings
+from runtime.topics import create_topics
+from sagas.catalog import INVENTORY, ORDER_SAGA
+from sagas.contracts import ledger as lc
+from sagas.contracts import orders as oc
+from sagas.messages import Envelope, Message
+from services.bus import CommandBus
+from services.event_tail import EventTail
+from tests.integration.harness import (
+    ServiceProcess,
+    _die_with_parent,
+    isolated_settings,
+    settings_env,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+ROOT = Path(__file__).parents[2]
+
+
+class VersionedWorker(ServiceProcess):
+    """``sagaline worker`` with the order saga at ``version`` (versioned_cli.py)."""
+
+    ready_marker = "Ready"
+
+    def __init__(self, settings: Settings, log_dir: Path, version: str) -> None:
+        super().__init__(settings, log_dir)
+        self.version = version
+
+    def start(self, timeout: float = 90) -> None:
+        self.starts += 1
+        self.log = self.log_dir / f"worker-{self.version}-{self.starts}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.versioned_cli", self.version, "worker"],
+                env=settings_env(self.settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "Ready" in self.log.read_text(errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited:\n{self.tail_log(4000)}")
+            time.sleep(0.2)
+        raise RuntimeError(f"worker not ready after {timeout}s:\n{self.tail_log(4000)}")
+
+
+def command(message: Message, key: str) -> Envelope:
+    return Envelope.wrap(message, message_id=uuid.uuid4().hex, key=key, saga_id=key,
+                         occurred_at=datetime.now(UTC))  # fmt: skip
+
+
+def place() -> tuple[str, Envelope]:
+    """An order the gateway never answers: it rests in AUTHORIZING (no timeout in the test)."""
+    order_id = uuid.uuid4().hex[:12]
+    line = oc.OrderLine(product_id="p1", quantity=1, unit_price=Decimal("3.00"))
+    cmd = oc.PlaceOrder(customer_id="c1", lines=(line,), payment=oc.PaymentDetails(method="hang"))
+    return order_id, command(cmd, order_id)
+
+
+class Orders:
+    def __init__(self, bus: CommandBus, tail: EventTail) -> None:
+        self.bus, self.tail = bus, tail
+
+    async def authorizing(self, n: int) -> list[str]:
+        placed = [place() for _ in range(n)]
+        await self.bus.send_many([(ORDER_SAGA, env) for _, env in placed])
+        ids = [order_id for order_id, _ in placed]
+        for order_id in ids:
+            await self.status(order_id, "AUTHORIZING")
+        return ids
+
+    async def cancel(self, order_id: str) -> None:
+        await self.bus.send(ORDER_SAGA, command(oc.CancelOrder(reason="changed mind"), order_id))
+
+    async def status(self, order_id: str, wanted: str, timeout: float = 30) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            got = self.tail.statuses.get(f"order:{order_id}")
+            if got is not None and got.status == wanted:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(
+            f"order {order_id} is not {wanted}: {self.tail.statuses.get(f'order:{order_id}')}"
+        )
+
+    async def refused(self, order_id: str, timeout: float = 30) -> str:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            found = [
+                e
+                for e in self.tail.events_of(f"order:{order_id}")
+                if e.type == oc.CancelRefused.TYPE
+            ]
+            if found:
+                return str(found[0].payload["reason"])
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"order {order_id}: no cancel refused")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[Settings, Path, Orders]]:
+    tmp = tmp_path_factory.mktemp("versions")
+    settings = isolated_settings(tmp, step_timeout_s=300.0, payment_silent_methods="hang")
+    await create_topics(settings)
+    bus, tail = CommandBus(settings), EventTail(settings, from_beginning=True)
+    await bus.start()
+    await tail.start()
+    try:
+        await bus.send(INVENTORY, command(lc.SetCapacity(on_hand=1000), "p1"))
+        yield settings, tmp, Orders(bus, tail)
+    finally:
+        await tail.stop()
+        await bus.stop()
+        await delete_run_topics(settings)
+
+
+def versions_said(settings: Settings, version: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.versioned_cli", version, "versions"],
+        env=settings_env(settings), capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_a_restart_on_version_2_finishes_version_1_orders_by_version_1_then_3_upgrades_them(
+    stack: tuple[Settings, Path, Orders],
+) -> None:
+    settings, tmp, orders = stack
+    worker = VersionedWorker(settings, tmp, "v1")
+    await asyncio.to_thread(worker.start)
+    try:
+        old = await orders.authorizing(3)
+    finally:
+        worker.stop()
+
+    # the worker restarted with version 2 beside version 1
+    worker = VersionedWorker(settings, tmp, "v2")
+    await asyncio.to_thread(worker.start)
+    try:
+        new = await orders.authorizing(2)
+        await orders.cancel(old[0])  # version 1 takes a cancel while authorizing
+        await orders.status(old[0], "CANCELLED")
+        await orders.cancel(new[0])  # version 2 does not
+        assert "version 2" in await orders.refused(new[0])
+        await asyncio.sleep(2)  # the batch's states reach the changelog
+    finally:
+        worker.stop()
+    said = versions_said(settings, "v2")
+    assert "version 1: 2 in flight: keep it" in said, said
+    assert "version 2: 2 in flight (new instances start here)" in said, said
+
+    # version 3 declares the upgrade from version 1: old orders continue on its rules
+    worker = VersionedWorker(settings, tmp, "v3")
+    await asyncio.to_thread(worker.start)
+    try:
+        await orders.cancel(old[1])
+        assert "version 2" in await orders.refused(old[1])
+        await orders.status(old[1], "AUTHORIZING")
+    finally:
+        worker.stop()
