@@ -106,6 +106,20 @@ class Settings(BaseSettings):
         ge=6,
         description="Consumer-group session timeout: how soon a dead worker's partitions move to a live one",
     )
+    # Standbys: each table partition is also kept, read from its changelog as it is written,
+    # by this many other workers, so a dead worker's partitions move to one that holds them
+    # already and recovers only the changelog's tail (the assignor places a standby only on
+    # another worker than the partition's active one). 1, Faust's own default: with one
+    # worker it costs nothing (there is nowhere to put it); with several, every partition
+    # has one standby, which costs each worker a second copy of the tables it stands by for
+    # (disk, memory inside SAGALINE_ROCKSDB_MEMORY_MB) and reading their changelogs as
+    # they grow (CPU and broker reads; README, "Capacity"). 2 only survives two workers
+    # lost at once, at twice that.
+    table_standby_replicas: int = Field(
+        1,
+        ge=0,
+        description="Standby copies of each table partition kept by other workers (Faust's table_standby_replicas), so a dead worker's partitions move to a worker that already holds them; no cost with one worker (README, \"Capacity\": what each standby costs)",
+    )
     batch_size: int = Field(
         200, ge=1, description="Records an agent decides before it sends and stores them together"
     )

@@ -89,6 +89,7 @@ def create_app(
         table_cleanup_interval=3600.0,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=settings.session_timeout_s / 4,
+        table_standby_replicas=settings.table_standby_replicas,
     )
     faust_seam.drop_faust_views(app)
     metrics = metrics or Metrics()
