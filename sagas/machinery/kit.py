@@ -136,6 +136,9 @@ class Saga(Generic[S]):
     ``step_timeout`` and ``state_type``): see the module's docstring."""
 
     STATUSES: ClassVar[SagaStatuses]
+    VERSION: ClassVar[int] = 1
+    """Its version: each instance runs by the version that started it, while its channel
+    lists that version (sagas/machinery/versions.py)."""
     COMMANDS: ClassVar[tuple[type[Message], ...]]
     """The commands that start or steer it (``command`` decides on them)."""
     PORTS: ClassVar[Mapping[str, Port]]
