@@ -7,12 +7,13 @@ each domain's own settings type, so the wiring's call checks that the runtime's 
 satisfy every domain's settings protocol.
 """
 
-from sagas.domains import enrollment, legacy, orders
+from sagas.domains import enrollment, legacy, orders, transfers
 from sagas.machinery.domain import check_domains
 
 DOMAINS = (
     orders.DOMAIN,
     enrollment.DOMAIN,
     legacy.DOMAIN,
+    transfers.DOMAIN,
 )
 check_domains(DOMAINS)
