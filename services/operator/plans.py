@@ -24,7 +24,11 @@ releases only legs that may be held). A status no flow of the start command reac
 enrollment ``TRANSFERRING``, whose new course the row does not hold) is planned as
 "decided by the saga": its cancel is still sent and its definition decides on its real
 state. The execution sends only the cancel command; the saga's compensations are the
-saga's own decision on the worker, so the dry run can be wrong only where it says so.
+saga's own decision on the worker, so the dry run can be wrong only where it says so, and
+in one place it cannot see: the reservation ids of a leg a later flow replaced (an
+enrollment ``ENROLLED`` after a transfer holds its seat under the transfer's reservation id,
+which the row does not record; the plan names the first one). Declaring the attempt in the
+row, or a worker endpoint serving a saga's legs, would close that gap.
 """
 
 from __future__ import annotations
