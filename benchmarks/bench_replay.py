@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import pickle
 import time
 from collections import Counter
@@ -48,12 +49,14 @@ async def kill_once(worker: Worker, after_s: float) -> None:
 def replayed(
     settings: Settings, history: RecordedHistory, definitions: str | None = None, **overrides: str
 ) -> tuple[Replay, float]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     chosen = choose(settings, build_processes, definitions, overrides)
     replay = replay_all(
         history.histories, chosen.candidates, history.recording, chosen.baselines, history.until
     )
-    return replay, time.perf_counter() - started
+    took = time.perf_counter() - started
+    print(f"          ({took:.1f} s wall clock, {time.process_time() - cpu:.1f} s CPU)")
+    return replay, took
 
 
 def diverging(replay: Replay) -> set[tuple[str, str]]:
@@ -101,7 +104,7 @@ async def record(args: argparse.Namespace) -> tuple[Settings, set[str], Any]:
     async with worker_bus_tail(settings, data) as (workers, bus, tail):
         started = time.perf_counter()
         killer = asyncio.create_task(kill_once(workers[0], args.kill_after))
-        load = await drive(bus, tail, args.orders, args.enrollments)
+        load = await drive(bus, tail, args.orders, args.enrollments, pause_s=args.pause)
         await killer
         print(
             f"recorded  {len(load.orders)} orders and {len(load.enrollments)} enrollments, "
@@ -131,9 +134,13 @@ async def main(args: argparse.Namespace) -> None:
             settings, keys, raw = pickle.load(f)
     else:
         settings, keys, raw = await record(args)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     history = assemble(*raw)
-    print(f"grouped   {len(history.histories):,} keys in {time.perf_counter() - began:.1f} s")
+    print(
+        f"grouped   {len(raw[0]):,} records into {len(history.histories):,} keys "
+        f"(decoded, indexed) in {time.perf_counter() - began:.1f} s "
+        f"({time.process_time() - cpu:.1f} s CPU); 1-min load average {os.getloadavg()[0]:.1f}"
+    )
     if args.profile:
         import cProfile
         import pstats
@@ -189,7 +196,8 @@ if __name__ == "__main__":
     parser.add_argument("--lower", default="300", help="the lowered payment limit")
     parser.add_argument("--kill-after", type=float, default=8.0)
     parser.add_argument("--profile", action="store_true", help="profile the unchanged replay")
-    parser.add_argument("--step-timeout", type=float, default=30.0)
+    parser.add_argument("--step-timeout", type=float, default=300.0)
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds between 250 sagas")
     parser.add_argument("--dump", help="keep the records read in this file")
     parser.add_argument("--from-dump", help="replay the records kept by --dump, record nothing")
     asyncio.run(main(parser.parse_args()))

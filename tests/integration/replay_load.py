@@ -109,7 +109,12 @@ def _follow_up(rng: random.Random, key: str, courses: int) -> tuple[str, Envelop
 
 
 async def drive(
-    bus: CommandBus, tail: EventTail, orders: int, enrollments: int, seed: int = 29
+    bus: CommandBus,
+    tail: EventTail,
+    orders: int,
+    enrollments: int,
+    seed: int = 29,
+    pause_s: float = 0.05,
 ) -> Load:
     """Send the load in chunks, then wait until every saga settled (a timeout's included)."""
     rng = random.Random(seed)
@@ -134,7 +139,7 @@ async def drive(
                     later.append(more)
             batch += sent
         await bus.send_many(batch)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(pause_s)  # between chunks of 250 sagas
     await bus.send_many(later)
     await _settled(tail, load)
     return load
