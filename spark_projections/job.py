@@ -12,6 +12,7 @@ import asyncio
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -236,11 +237,21 @@ def _retain(engine: Engine, settings: Settings, started_at: datetime, progress: 
 
 
 def _scratch(settings: Settings) -> Path:
-    """An empty scratch directory (one rebuild at a time uses it)."""
-    folder = local_path(settings.rebuild_scratch_dir)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    """A scratch directory of this run's own: two rebuilds at once (into two databases, or
+    tests beside a benchmark on one checkout) must not read or delete each other's files.
+    A run removes its own at the end; a killed run's is removed by a later one a day on."""
+    parent = local_path(settings.rebuild_scratch_dir)
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob("run-*"):
+        if time.time() - stale.stat().st_mtime > STALE_SCRATCH_S:
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = parent / f"run-{uuid.uuid4().hex}"
+    folder.mkdir()
     return folder
+
+
+STALE_SCRATCH_S = 24 * 3600.0
+"""Longer than any rebuild runs (the 10M-event one: BENCHMARKS.md)."""
 
 
 async def _offsets(settings: Settings, engine: Engine, until_checkpoints: bool) -> Offsets:
