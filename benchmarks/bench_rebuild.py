@@ -3,7 +3,8 @@ and on a Spark standalone cluster of two workers, each beside a raw aiokafka con
 the same topic measured in the same run (and the online projector's rate, optionally).
 
     python -m benchmarks.bench_rebuild [--events 1000000] [--products 1000]
-        [--no-cluster] [--projector-sample 200000] [--projector-seconds 90]
+        [--no-cluster] [--jvm-variant OPTIONS]... [--projector-sample 200000]
+        [--projector-seconds 90]
 
 1. Writes ``--events`` domain events (order sagas over 1,000 products: confirmed,
    rejected, declined, cancelled, expired, in flight; ~9 events per saga) to a fresh
@@ -12,7 +13,9 @@ the same topic measured in the same run (and the online projector's rate, option
 2. Baseline: a group-less aiokafka consumer reads the whole topic (no decoding); again
    after the rebuilds, since the box is shared and its speed moves.
 3. Rebuild, local mode: ``sagaline rebuild`` as a process into a fresh, migrated PostgreSQL
-   database, timed from process start to exit (Spark start-up included).
+   database, timed from process start to exit (Spark start-up included); then once per
+   ``--jvm-variant`` with those JVM options (SAGALINE_SPARK_JVM_OPTIONS), to compare them
+   in one run.
 4. Rebuild, cluster: ``deploy/local/spark.sh submit --master spark://...`` to the master and
    two workers of ``spark.sh cluster-up`` (started here if they do not run, and stopped
    again), into another fresh database, timed from spark-submit's start to its exit.
@@ -220,10 +223,21 @@ class Rebuilt:
     memory: str
 
 
-def rebuild(settings: Settings, url: str, log: Path, *, cluster: str | None = None) -> Rebuilt:
+def rebuild(
+    settings: Settings,
+    url: str,
+    log: Path,
+    *,
+    cluster: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Rebuilt:
     """``sagaline rebuild`` as a process (``cluster`` None), or the job submitted to the
     standalone cluster at ``cluster``; its summary printed verbatim."""
-    env = settings_env(settings) | {"SAGALINE_DATABASE_URL": url, "SAGALINE_LOG_LEVEL": "WARNING"}
+    env = (
+        settings_env(settings)
+        | {"SAGALINE_DATABASE_URL": url, "SAGALINE_LOG_LEVEL": "WARNING"}
+        | (env or {})
+    )
     if cluster is None:
         command, daemons = [sys.executable, "-m", "sagaline.cli", "rebuild"], []
     else:
@@ -338,11 +352,15 @@ async def main(args: argparse.Namespace) -> None:
         total = sum(ends.values())
         raws = [await _raw(settings, ends)]
         rates: dict[str, float] = {}
-        for mode in ["local", *([] if args.no_cluster else ["cluster"])]:
+        variants = {f"local {opts}": opts for opts in args.jvm_variant}
+        modes = ["local", *variants, *([] if args.no_cluster else ["cluster"])]
+        for n, mode in enumerate(modes):
             with contextlib.ExitStack() as stack:
-                master = None if mode == "local" else stack.enter_context(cluster_running())
+                master = None if mode != "cluster" else stack.enter_context(cluster_running())
                 url = stack.enter_context(fresh_database())
-                done = rebuild(settings, url, tmp / f"rebuild-{mode}.log", cluster=master)
+                jvm = {"SAGALINE_SPARK_JVM_OPTIONS": variants[mode]} if mode in variants else {}
+                log = tmp / f"rebuild-{n}.log"
+                done = rebuild(settings, url, log, cluster=master, env=jvm)
             rates[mode] = total / done.seconds
             print(
                 f"rebuild   {mode}: {total:,} events in {done.seconds:.1f} s end to end "
@@ -355,7 +373,7 @@ async def main(args: argparse.Namespace) -> None:
         raw = statistics.fmean(raws)
         print(f"load      1-minute load average {os.getloadavg()[0]:.2f} at end")
         for mode, rate in rates.items():
-            verdict = "" if mode != "local" else (" MET" if rate / raw >= 0.06 else " MISSED")
+            verdict = "" if mode == "cluster" else (" MET" if rate / raw >= 0.06 else " MISSED")
             print(
                 f"result    {mode}: {rate:,.0f} events/s = {rate / raw:.3f}x the raw consume "
                 f"rate ({raw:,.0f} events/s, the mean of {len(raws)} in this run)"
@@ -392,6 +410,13 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--products", type=int, default=1000)
     parser.add_argument("--no-cluster", action="store_true", help="local mode only")
+    parser.add_argument(
+        "--jvm-variant",
+        action="append",
+        default=[],
+        metavar="OPTIONS",
+        help="also rebuild in local mode with SAGALINE_SPARK_JVM_OPTIONS=OPTIONS (repeatable)",
+    )
     parser.add_argument(
         "--projector-sample", type=int, default=0, help="events the projector applies (0: none)"
     )
