@@ -32,11 +32,7 @@ async def test_the_rebuild_on_a_standalone_cluster_holds_local_modes_rows(
     tmp_path: Path, spark: SparkSession, spark_cluster: Cluster
 ) -> None:
     assert broker_reachable(), "no Kafka broker: run deploy/local/kafka.sh start"
-    # The scratch directory is the test's own: another rebuild on this machine empties the
-    # default one when it starts.
-    settings = isolated_settings(
-        tmp_path, log_level="WARNING", rebuild_scratch_dir=tmp_path / "scratch"
-    )
+    settings = isolated_settings(tmp_path, log_level="WARNING")
     await create_topics(settings)
     ends = await produce(settings, mixed_history())
     with (
