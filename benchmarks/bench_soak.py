@@ -23,25 +23,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
+import functools
 import os
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
 
 import sagas.domains  # noqa: F401  (registers every domain's contracts)
+from benchmarks import soak_faults, soak_state
 from benchmarks.bench_sagas import envelope, order, run_orders
-from benchmarks.common import delete_run_topics, git_rev, machine, percentile, run_settings
-from runtime.topics import INVENTORY, ORDER_SAGA, create_topics
+from benchmarks.common import (
+    _another_worker,
+    calibration,
+    delete_run_topics,
+    git_rev,
+    machine,
+    percentile,
+    run_settings,
+)
+from runtime.settings import Settings
+from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT, create_topics
 from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from tests.integration.harness import Worker
+from tests.integration.readside import ProjectorProcess, fresh_database, read_engine
 
 MIB = 1024 * 1024
 ROCKSDB_KINDS = ("memtables", "table_readers", "block_cache")
@@ -102,9 +118,12 @@ class Soak:
     seconds: float = 0.0
     phase: str = "warmup"
     samples: list[dict[str, Any]] = field(default_factory=list)
+    partitions: int = 1
     sent_at: dict[str, float] = field(default_factory=dict)
-    done: list[tuple[float, float, str]] = field(default_factory=list)
-    """(sent at, ended at, status) of every soak order that ended."""
+    done: list[tuple[float, float, str, int]] = field(default_factory=list)
+    """(sent at, ended at, status, partition) of every soak order that ended."""
+    state: list[dict[str, Any]] = field(default_factory=list)
+    """Issue 25's samples: records in the stores and changelogs, SQL rows (--state-s)."""
 
     async def sample_forever(self, every: float) -> None:
         t0 = time.monotonic()
@@ -149,7 +168,8 @@ async def collect_outcomes(tail: EventTail, soak: Soak) -> None:
     while True:
         for order_id in [i for i in tail.outcomes if i in soak.sent_at]:
             outcome = tail.outcomes.pop(order_id)
-            soak.done.append((soak.sent_at.pop(order_id), outcome.at, outcome.status))
+            partition = soak_state.partition_of(order_id, soak.partitions)
+            soak.done.append((soak.sent_at.pop(order_id), outcome.at, outcome.status, partition))
         await asyncio.sleep(1)
 
 
@@ -175,7 +195,7 @@ def quarter_table(soak: Soak) -> tuple[list[str], dict[int, list[dict[str, Any]]
     for q in range(4):
         rows = by_q[q]
         ended = [d for d in soak.done if soak.quarter_of(d[1]) == q]
-        lat = [(end - sent) * 1000 for sent, end, _ in soak.done if soak.quarter_of(sent) == q]
+        lat = [(end - sent) * 1000 for sent, end, *_ in soak.done if soak.quarter_of(sent) == q]
         lines.append(
             f"Q{q + 1}      {len(ended) / quarter_s:7.1f}  {percentile(lat, 50):7.1f}  {percentile(lat, 99):7.1f}"
             f" | {median(rows, 'rss_mib'):7.1f}  {median(rows, 'uss_mib'):7.1f}  {median(rows, 'anon_mib'):8.1f}"
@@ -192,6 +212,91 @@ def change(by_q: dict[int, list[dict[str, Any]]], key: str) -> tuple[float, floa
     return second, last, (last - second) / second * 100 if second else float("nan")
 
 
+CHANNELS = (ORDER_SAGA, PAYMENT)
+"""The channels whose keys and changelog records the soak counts (issue 25)."""
+
+
+async def sample_state(
+    soak: Soak, settings: Settings, workers: list[Worker], engine: Engine | None, every: float
+) -> None:
+    """Every ``every`` s: the order-saga and payment records counted from the workers'
+    stores and from their changelogs (offset 0 to the end), the SST bytes of every worker,
+    and the read side's rows."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        while True:
+            started = time.monotonic()
+            row: dict[str, Any] = {"t_s": round(started - soak.start, 1), "mono": started}
+            dirs = [w.settings.data_dir for w in workers]
+            for channel, n in (
+                await asyncio.to_thread(soak_state.store_records, dirs, CHANNELS)
+            ).items():
+                row[f"{channel}_keys"] = n
+            for channel, n in (await soak_state.changelog_records(settings, CHANNELS)).items():
+                row[f"{channel}_changelog"] = n
+            sst = 0.0
+            for w in workers:
+                url = f"http://127.0.0.1:{w.settings.worker_web_port}/metrics"
+                with contextlib.suppress(httpx.HTTPError):
+                    sst += worker_gauges((await http.get(url)).text).get("rocksdb_sst_mib", 0.0)
+            row["sst_mib_all_workers"] = round(sst, 1)
+            if engine is not None:
+                for name, n in (await asyncio.to_thread(soak_state.sql_rows, engine)).items():
+                    row[f"sql_{name}"] = n
+            row["phase"] = soak.phase
+            soak.state.append(row)
+            await asyncio.sleep(max(0.0, every - (time.monotonic() - started)))
+
+
+def fault_plan(
+    args: argparse.Namespace, workers: list[Worker]
+) -> list[tuple[float, Callable[[], object]]]:
+    """The SIGKILL (the second worker) and the restarts on an empty data directory (the
+    last worker) at their minutes."""
+    plan: list[tuple[float, Callable[[], object]]] = []
+    if args.kill_at_min and len(workers) > 1:
+        victim, minute = workers[1], float(args.kill_at_min)
+        plan.append((minute, functools.partial(soak_faults.sigkill, victim, minute, 60.0)))
+    for minute in args.recover_at_min:
+        plan.append((minute, functools.partial(soak_faults.empty_restart, workers[-1], minute)))
+    return plan
+
+
+def by_q_of(soak: Soak, rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    return {
+        q: [r for r in rows if r["mono"] >= soak.start and soak.quarter_of(r["mono"]) == q]
+        for q in range(4)
+    }
+
+
+def print_state(soak: Soak, by_q: dict[int, list[dict[str, Any]]], data: Path) -> None:
+    """Issue 25's verdicts: each count's last quarter against its second (medians), every
+    quarter's p99, the deadline index's keys at each rebuild."""
+    if not soak.state:
+        return
+    keys = [k for k in soak.state[-1] if k not in {"t_s", "mono", "phase"}]
+    print("state samples (t_s " + " ".join(keys) + "):")
+    for row in soak.state:
+        print(f"  {row['t_s']:7.0f} " + " ".join(str(row.get(k, "-")) for k in keys))
+    for key in keys:
+        second, last, pct = change(by_q, key)
+        verdict = "ok" if abs(pct) <= 10 else "MISSED"
+        print(
+            f"  {key:<26} Q2 {second:10.1f}  Q4 {last:10.1f}  {pct:+6.1f}%  (target within 10%: {verdict})"
+        )
+    p99s = []
+    for q in range(4):
+        lat = [(end - sent) * 1000 for sent, end, *_ in soak.done if soak.quarter_of(sent) == q]
+        p99s.append(percentile(lat, 99))
+    shown = "  ".join(f"Q{q + 1} {p:.0f} ms" for q, p in enumerate(p99s))
+    verdict = "ok" if all(p <= 150 for p in p99s) else "MISSED"
+    print(f"p99 per quarter: {shown}  (target <= 150 ms in each: {verdict})")
+    rebuilds = soak_state.deadline_rebuilds(sorted(data.rglob("worker-*.log")))
+    print(f"deadline index rebuilds: {len(rebuilds)} (channel: keys, in time order)")
+    for channel in sorted({r.channel for r in rebuilds}):
+        counts = [str(r.keys) for r in rebuilds if r.channel == channel]
+        print(f"  {channel}: {' '.join(counts[-40:])}")
+
+
 def write_csv(path: Path, samples: list[dict[str, Any]]) -> None:
     keys: list[str] = []
     for row in samples:
@@ -203,12 +308,30 @@ def write_csv(path: Path, samples: list[dict[str, Any]]) -> None:
         writer.writerows(samples)
 
 
+def issue25_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's retentions shortened to ``--retention-s`` (its records retire, their
+    markers go, finished sagas leave the read side within the run), standbys with several
+    workers, and a deadline index rebuilt every ``--rescan-s`` so its keys can be seen."""
+    overrides: dict[str, Any] = {}
+    if args.retention_s:
+        overrides |= {
+            "retire_after_s": args.retention_s,
+            "retired_marker_s": 2 * args.retention_s,
+            "read_retention_s": args.retention_s,
+            "deadline_rescan_s": args.rescan_s,
+        }
+    if args.workers > 1:
+        overrides["table_standby_replicas"] = 1
+    return overrides
+
+
 async def main(args: argparse.Namespace) -> None:
     data, settings = run_settings(
         "soak",
         step_timeout_s=120,
         reservation_ttl_s=600,
         worker_memory_metrics=True,
+        **issue25_settings(args),
     )
     csv_path = Path(args.csv or f"{data}.csv")
     print(
@@ -219,16 +342,43 @@ async def main(args: argparse.Namespace) -> None:
         f"load      1-min load average before: {os.getloadavg()[0]:.2f} (other work shares the CPUs)"
     )
     await create_topics(settings)
+    if args.retention_s:
+        await soak_state.shorten_changelogs(settings, CHANNELS, args.retention_s)
+        print(
+            f"retention {args.retention_s:g} s (shortened for this run): records retire after it,"
+            f" markers are deleted {2 * args.retention_s:g} s later, the read side forgets"
+            f" finished sagas after it; changelogs {soak_state.shortened_changelog_config(args.retention_s)}"
+        )
     data.mkdir(parents=True, exist_ok=True)
-    worker = Worker(settings, data)
-    worker.start()
+    extras = ExitStack()
+    engine: Engine | None = None
+    if args.projector:
+        url = extras.enter_context(fresh_database("postgresql", data))
+        settings = settings.model_copy(update={"database_url": url})
+        projector = ProjectorProcess(settings, data)
+        projector.start()
+        extras.callback(projector.stop)
+        engine = extras.enter_context(read_engine(url))
+    workers = [Worker(settings, data)]
+    for n in range(1, args.workers):
+        (data / f"worker{n}").mkdir(exist_ok=True)
+        workers.append(Worker(_another_worker(settings, n), data / f"worker{n}"))
+    for w in workers:
+        w.start()
+    worker = workers[0]
     assert worker.proc is not None
+    print(
+        f"workers   {len(workers)}, standbys {settings.table_standby_replicas} (memory: the first's)"
+    )
     soak = Soak(
         worker.proc.pid,
         f"http://127.0.0.1:{settings.worker_web_port}/metrics",
         seconds=args.minutes * 60,
+        partitions=settings.partitions,
     )
     sampler = asyncio.create_task(soak.sample_forever(args.sample_s))
+    states = asyncio.create_task(sample_state(soak, settings, workers, engine, args.state_s))
+    events: list[soak_faults.Event] = []
     bus, tail = CommandBus(settings), OutcomeTail(settings)
     await bus.start()
     await tail.start()
@@ -259,6 +409,8 @@ async def main(args: argparse.Namespace) -> None:
         soak.phase = "soak"
         soak.start = asyncio.get_running_loop().time()
         collector = asyncio.create_task(collect_outcomes(tail, soak))
+        plan = fault_plan(args, workers)
+        faults = asyncio.create_task(soak_faults.at_minutes(soak.start, plan, events))
         sent = await send_steadily(bus, soak, rate, args.products)
         deadline = time.monotonic() + 120
         while soak.sent_at and time.monotonic() < deadline:  # the last orders' outcomes
@@ -266,7 +418,7 @@ async def main(args: argparse.Namespace) -> None:
         soak.phase = "drain"
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
-        not_confirmed = sum(status != "CONFIRMED" for _, _, status in soak.done)
+        not_confirmed = sum(status != "CONFIRMED" for _, _, status, _ in soak.done)
         print(
             f"orders    {sent} sent, {len(soak.done)} ended ({not_confirmed} not CONFIRMED),"
             f" {len(soak.sent_at)} without an outcome 120 s after the last send"
@@ -301,15 +453,24 @@ async def main(args: argparse.Namespace) -> None:
         ):
             a, b, p = change(by_q, key)
             print(f"  {what:<18} Q2 {a:9.1f}  Q4 {b:9.1f}  {p:+6.1f}%")
+        await faults
+        for event in events:
+            print(soak_faults.describe(event, soak.done, settings.partitions))
+        print_state(soak, by_q_of(soak, soak.state), data)
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
+        print(f"calibration at the end: {calibration()}")
     finally:
         sampler.cancel()
-        await asyncio.gather(sampler, return_exceptions=True)
+        states.cancel()
+        await asyncio.gather(sampler, states, return_exceptions=True)
+        write_csv(csv_path.with_suffix(".state.csv"), soak.state)
         write_csv(csv_path, soak.samples)
         print(f"csv       {len(soak.samples)} samples in {csv_path}")
         await tail.stop()
         await bus.stop()
-        worker.stop()
+        for w in workers:
+            w.stop()
+        extras.close()
         await delete_run_topics(settings)
 
 
@@ -328,4 +489,31 @@ if __name__ == "__main__":
     parser.add_argument("--products", type=int, default=200)
     parser.add_argument("--sample-s", type=float, default=5)
     parser.add_argument("--csv", default="", help="samples file (default .local/soak<run>.csv)")
+    issue25 = parser.add_argument_group("issue 25: state, disk and recovery bounded by live work")
+    issue25.add_argument(
+        "--workers", type=int, default=1, help="worker processes (standbys: 1 with several)"
+    )
+    issue25.add_argument(
+        "--retention-s",
+        type=float,
+        default=0,
+        help="retentions shortened to this (0: the defaults)",
+    )
+    issue25.add_argument(
+        "--rescan-s", type=float, default=120, help="deadline index rebuilt this often"
+    )
+    issue25.add_argument(
+        "--projector", action="store_true", help="a projector into a fresh PostgreSQL database"
+    )
+    issue25.add_argument("--state-s", type=float, default=60, help="how often the state is counted")
+    issue25.add_argument(
+        "--kill-at-min", type=float, default=0, help="SIGKILL the second worker then"
+    )
+    issue25.add_argument(
+        "--recover-at-min",
+        type=float,
+        nargs="*",
+        default=[],
+        help="restart the last worker on an empty data directory then",
+    )
     asyncio.run(main(parser.parse_args()))

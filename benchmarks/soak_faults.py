@@ -1,0 +1,89 @@
+"""What the long run (bench_soak) does to its workers on schedule, for issue 25, and what it
+measures of each: a worker SIGKILLed (the others and their standbys take its partitions; it
+comes back a minute later on its own data directory), and a worker restarted on an empty
+data directory (it recovers its tables from the changelogs).
+
+Each event is timed per partition of the order saga: seconds from the event to the first
+outcome of an order sent after it there (the soak's steady orders cover every partition
+within a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchmarks import soak_state
+from tests.integration.harness import Worker
+
+
+@dataclass
+class Event:
+    kind: str
+    minute: float
+    at: float
+    """Loop time of the kill or stop."""
+    restarted_at: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+async def sigkill(worker: Worker, minute: float, back_after_s: float) -> Event:
+    """SIGKILL ``worker``; restart it on its own data directory ``back_after_s`` later."""
+    loop = asyncio.get_running_loop()
+    event = Event("sigkill", minute, loop.time())
+    await asyncio.to_thread(worker.kill)
+    await asyncio.sleep(back_after_s)
+    event.restarted_at = loop.time()
+    await asyncio.to_thread(worker.start, 300)
+    return event
+
+
+async def empty_restart(worker: Worker, minute: float) -> Event:
+    """Stop ``worker`` (SIGTERM: it leaves the group at once), delete its data directory,
+    start it again: it recovers every table partition it is given from the changelogs."""
+    loop = asyncio.get_running_loop()
+    event = Event("empty data directory", minute, loop.time())
+    await asyncio.to_thread(worker.stop)
+    shutil.rmtree(worker.settings.data_dir, ignore_errors=True)
+    event.restarted_at = loop.time()
+    started = time.monotonic()
+    await asyncio.to_thread(worker.start, 600)
+    ready_s = time.monotonic() - started
+    took = soak_state.recoveries(worker.log)
+    offsets = soak_state.offsets_to_recover(worker.log)
+    recovery = took[0] if took else float("nan")
+    rate = offsets / recovery if recovery and recovery == recovery else float("nan")
+    event.notes.append(
+        f"started and ready in {ready_s:.1f} s; first recovery read {offsets} changelog "
+        f"offsets (an upper bound on records) in {recovery:.2f} s ({rate:,.0f} offsets/s)"
+    )
+    return event
+
+
+def describe(event: Event, done: list[tuple[float, float, str, int]], partitions: int) -> str:
+    back = soak_state.back_after(done, event.at)
+    missing = sorted(set(range(partitions)) - set(back))
+    worst = max(back.values()) if back else float("nan")
+    shown = " ".join(f"p{p}={s:.1f}" for p, s in sorted(back.items()))
+    line = (
+        f"{event.kind} at minute {event.minute:g}: every partition processing again "
+        f"{worst:.1f} s after it ({shown})"
+    )
+    if missing:
+        line += f"; no order processed since on {missing}"
+    return "; ".join([line, *event.notes])
+
+
+async def at_minutes(
+    start: float, plan: list[tuple[float, Callable[[], object]]], events: list[Event]
+) -> None:
+    """Run each planned action at its minute of the soak (loop time ``start``)."""
+    loop = asyncio.get_running_loop()
+    for minute, action in sorted(plan, key=lambda p: p[0]):
+        await asyncio.sleep(max(0.0, start + minute * 60 - loop.time()))
+        result = action()
+        if asyncio.iscoroutine(result):
+            events.append(await result)
