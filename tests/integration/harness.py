@@ -51,10 +51,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PREFIXES: list[str] = []
+"""Every prefix :func:`isolated_settings` gave out: tests/conftest.py deletes their topics
+after each test module, so the local broker does not gather partitions run after run (at
+~20,000 its log directory runs out of file handles and the broker stops)."""
+
+
 def isolated_settings(tmp: Path, **overrides: Any) -> Settings:
     """Settings with a fresh topic prefix and app id: tests never see each other's records.
     The API asks for keys, as in production: :func:`auth_headers` holds one."""
     run = uuid.uuid4().hex[:8]
+    PREFIXES.append(f"t{run}")
     values: dict[str, Any] = {
         "kafka_bootstrap": BOOTSTRAP,
         "topic_prefix": f"t{run}",
