@@ -78,6 +78,8 @@ def _why(reason: str | None) -> str:
     if reason is None:
         return ""
     for kind in (
+        "transfer",
+        "already",
         "timeout",
         "declined",
         "out of stock",
