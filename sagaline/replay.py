@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -32,9 +33,10 @@ def replay(definitions: str | None, assignments: tuple[str, ...], as_json: bool)
     topic, earliest to the end offsets at the start) through the candidate definitions and
     compare each decision with the recorded one."""
     from runtime.kafka_security import KafkaUnreachable
-    from runtime.settings import get_settings
+    from runtime.settings import Settings, get_settings
     from sagaline.wiring import build_processes
     from sagas.catalog import PROCESS_CHANNELS
+    from sagas.machinery.process import Process
     from sagas.machinery.replay import replay_all
     from services.replay.candidates import CandidateError, choose
     from services.replay.history import read_history
@@ -42,8 +44,14 @@ def replay(definitions: str | None, assignments: tuple[str, ...], as_json: bool)
 
     overrides = dict(_assignment(a) for a in assignments)
     settings = get_settings()
+
+    def every_process(settings: Settings) -> list[Process[Any]]:
+        """Every channel's, the legacy CDC ones too: their topics hold history whether or
+        not this machine's settings run them."""
+        return build_processes(settings.model_copy(update={"cdc_enabled": True}))
+
     try:
-        chosen = choose(settings, build_processes, definitions, overrides)
+        chosen = choose(settings, every_process, definitions, overrides)
     except CandidateError as exc:
         raise click.ClickException(str(exc)) from exc
     started = time.perf_counter()
@@ -58,7 +66,7 @@ def replay(definitions: str | None, assignments: tuple[str, ...], as_json: bool)
     summary = summarize(result, chosen.baselines is not None)
     summary.notes.append(
         f"read {history.records} records in {read_s:.1f} s "
-        f"({history.undecodable} undecodable, dead-lettered by the worker: not inputs); "
+        f"({history.undecodable} undecodable: the worker dead-letters those); "
         f"replayed in {time.perf_counter() - started - read_s:.1f} s"
     )
     if history.facts_truncated:
