@@ -28,7 +28,14 @@ import click
     "step_timeout_s=10); repeatable",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
-def replay(definitions: str | None, assignments: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--spark",
+    is_flag=True,
+    help="Read and replay on Spark (SAGALINE_SPARK_MASTER: the rebuild's session and jars)",
+)
+def replay(
+    definitions: str | None, assignments: tuple[str, ...], as_json: bool, spark: bool
+) -> None:
     """Replay every recorded saga and participant key (the process topics and the event
     topic, earliest to the end offsets at the start) through the candidate definitions and
     compare each decision with the recorded one."""
@@ -54,6 +61,13 @@ def replay(definitions: str | None, assignments: tuple[str, ...], as_json: bool)
         chosen = choose(settings, every_process, definitions, overrides)
     except CandidateError as exc:
         raise click.ClickException(str(exc)) from exc
+    if spark:
+        from sagaline.replay_spark import replay_on_spark
+
+        result = replay_on_spark(settings, chosen.candidates, chosen.baselines)
+        summary = summarize(result, chosen.baselines is not None)
+        click.echo(to_json_text(summary) if as_json else render(summary))
+        sys.exit(1 if summary.diverging else 0)
     started = time.perf_counter()
     try:
         history = asyncio.run(read_history(settings, PROCESS_CHANNELS))

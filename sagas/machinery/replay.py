@@ -194,12 +194,7 @@ def replay_all(
 ) -> Replay:
     """Replay every key of ``histories`` through the candidate of its channel (and its
     baseline, if any); a channel without a candidate is not replayable."""
-    entities = Counter(c.process.entity_type for c in candidates.values())
-    owners = {
-        c.process.entity_type: (name, f"{c.process.entity_type}:")
-        for name, c in candidates.items()
-        if entities[c.process.entity_type] == 1
-    }
+    owners = entity_owners(candidates)
     deadline_causes = recording.deadline_decisions(owners)
     keys = []
     for history in histories:
@@ -216,6 +211,17 @@ def replay_all(
         keyed = replace(history, deadline_causes=causes)
         keys.append(replay_key(keyed, candidate, recording, baseline, until))
     return Replay(keys, sum(len(c) for c in deadline_causes.values()))
+
+
+def entity_owners(candidates: Mapping[str, Candidate]) -> dict[str, tuple[str, str]]:
+    """Entity type -> (its channel, its entity keys' prefix), for the entity types one
+    channel alone publishes: how a deadline's fact tells the key that decided it."""
+    entities = Counter(c.process.entity_type for c in candidates.values())
+    return {
+        c.process.entity_type: (name, f"{c.process.entity_type}:")
+        for name, c in candidates.items()
+        if entities[c.process.entity_type] == 1
+    }
 
 
 def _not_replayable(history: KeyHistory, recording: Recording) -> str | None:

@@ -118,6 +118,21 @@ async def read_raw(
     return raws, earliest, letters
 
 
+async def dead_letters(
+    settings: Settings, channels: Sequence[str]
+) -> dict[tuple[str, int, int], str]:
+    """The (channel, partition, offset) of every input of ``channels`` the worker
+    dead-lettered, and why."""
+    consumer = AIOKafkaConsumer(**aiokafka_options(settings), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        channel_of = {settings.topic(c): c for c in channels}
+        partitions = await topic_partitions(consumer, settings.topic(DEAD_LETTERS))
+        return _letters(await _read(consumer, partitions, {}), channel_of)
+    finally:
+        await consumer.stop()
+
+
 def _letters(raws: list[Raw], channel_of: dict[str, str]) -> dict[tuple[str, int, int], str]:
     """Where each dead-lettered input was, and why (services/worker/deadletter.py)."""
     found: dict[tuple[str, int, int], str] = {}
@@ -141,6 +156,8 @@ async def _read(
     end = await consumer.end_offsets(partitions)
     begin = await consumer.beginning_offsets(partitions)
     left = {tp for tp in partitions if end[tp] > begin[tp]}
+    if not left:
+        return []
     consumer.assign(list(left))
     await consumer.seek_to_beginning(*left)
     raws: list[Raw] = []

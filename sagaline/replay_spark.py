@@ -1,0 +1,34 @@
+"""``sagaline replay --spark``: the history read by Spark's Kafka source and every key
+replayed on the executors (spark_projections/replay.py), with the dead letters read here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from runtime.settings import Settings
+from sagas.catalog import PROCESS_CHANNELS
+from sagas.machinery.replay import Candidate, Replay
+from services.replay.history import dead_letters
+from spark_projections.replay import history_frame, spark_replay
+from spark_projections.session import build_session
+
+
+def replay_on_spark(
+    settings: Settings,
+    candidates: Mapping[str, Candidate],
+    baselines: Mapping[str, Candidate] | None,
+) -> Replay:
+    spark = build_session(
+        master=settings.spark_master,
+        driver_memory=settings.spark_driver_memory,
+        shuffle_partitions=settings.spark_shuffle_partitions,
+        jars_dir=settings.spark_jars_dir,
+        app_name="sagaline-replay",
+    )
+    try:
+        frame, channel_of, earliest = asyncio.run(history_frame(spark, settings, PROCESS_CHANNELS))
+        letters = asyncio.run(dead_letters(settings, PROCESS_CHANNELS))
+        return spark_replay(frame, channel_of, candidates, baselines, earliest, letters)
+    finally:
+        spark.stop()
