@@ -21,18 +21,28 @@ from services.api.queries import ERRORS, EngineDep, ReadAfterDep, WatchDep, row_
 from services.api.requests import ENTITY_ID, Price
 
 AccountId = Annotated[str, Field(min_length=1, max_length=64, pattern=ENTITY_ID)]
+
+
+def _money(minimum: dict[str, float], pattern: str, what: str) -> WithJsonSchema:
+    number = {"type": "number", **minimum, "maximum": 9999999999.99, "multipleOf": 0.01}
+    text = {"type": "string", "pattern": pattern}
+    return WithJsonSchema({"anyOf": [number, text], "description": what})
+
+
 Money = Annotated[
     Price,
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "number", "minimum": 0, "maximum": 9999999999.99, "multipleOf": 0.01},
-                {"type": "string", "pattern": r"^[0-9]{1,10}(\.[0-9]{1,2})?$"},
-            ],
-            "description": 'An amount: a number with at most 2 decimals, or a string ("12.50")',
-        }
-    ),
-]
+    _money({"minimum": 0}, r"^[0-9]{1,10}(\.[0-9]{1,2})?$", "An amount: a number with at most 2 "
+           'decimals, or a string ("12.50")'),
+]  # fmt: skip
+Amount = Annotated[
+    Price,
+    Field(gt=0),
+    _money({"exclusiveMinimum": 0}, r"^(?:(?=[0-9]{1,10}(?:\.|$))0*[1-9][0-9]*(?:\.[0-9]{1,2})?"
+           r"|0{1,10}\.(?:0[1-9]|[1-9][0-9]?))$", 'An amount above 0: a number with at most 2 '
+           'decimals, or a string ("12.50")'),
+]  # fmt: skip
+"""The schema says what the validation does: a price's rules (services/api/requests.py),
+above zero."""
 AccountPath = Annotated[str, Path(min_length=1, max_length=64, pattern=ENTITY_ID)]
 TransferPath = Annotated[str, Path(min_length=1, max_length=200, pattern=ENTITY_ID)]
 TRANSFER = saga_type(TRANSFERS.entity_type)
@@ -49,7 +59,7 @@ class TransferRequest(BaseModel):
     )
     source: AccountId
     destination: AccountId
-    amount: Money = Field(gt=0)
+    amount: Amount
 
     @model_validator(mode="after")
     def _two_accounts(self) -> TransferRequest:
@@ -82,7 +92,13 @@ reads = APIRouter(tags=["transfers"], route_class=StrictJsonRoute)
 ERRORS_IN = documented(400, 404, 415, 503, s404="No route matches (an id with a '/')")
 
 
-@commands.post("/transfers", status_code=202, response_model=TransferAccepted, responses=ERRORS_IN)
+@commands.post(
+    "/transfers",
+    status_code=202,
+    response_model=TransferAccepted,
+    responses=ERRORS_IN,
+    openapi_extra={"x-rules": ["source and destination must be two accounts (else 422)"]},
+)
 async def request_transfer(
     request: Request, body: TransferRequest, bus: BusDep, idempotency_key: IdempotencyKey = None
 ) -> Response:
