@@ -211,6 +211,18 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     ],
                     description="Held longer than the alert threshold: a gap that does not fill.",
                 ),
+                _panel(
+                    "Sagas pruned /s",
+                    [
+                        (
+                            f"sum(rate(sagaline_projector_pruned_sagas_total{RATE}))",
+                            "pruned by the read side's retention",
+                        )
+                    ],
+                    unit="ops",
+                    description="Finished sagas whose rows the read side's retention deleted "
+                    "(SAGALINE_READ_RETENTION_S).",
+                ),
             ],
         ),
         (
