@@ -1,6 +1,7 @@
 """``sagaline sagas cancel|compensate``: an operator's action from the command line, as the
-console and ``POST /actions/...`` do it (services/operator/actions.py): a recorded dry run
-first, printed; then, confirmed, its execution with its progress; ``--action`` resumes one.
+console and ``POST /cancellations|compensations`` do it (services/operator/actions.py): a
+recorded dry run first, printed; then, confirmed, its execution with its progress;
+``--action`` resumes one.
 
 Registered on the ``sagas`` group by one line in sagaline/cli.py.
 """

@@ -1,30 +1,36 @@
-"""The operator's actions over REST (scope ``admin``): a dry run of cancelling one saga or
-compensating every saga a filter matches, recorded, then its execution on confirmation
-(:mod:`services.operator.actions`; the console and ``sagaline sagas cancel|compensate``
-do the same)."""
+"""The operator's actions over REST (scope ``admin``): a dry run of cancelling one saga
+(``POST /cancellations``) or compensating every saga a filter matches (``POST
+/compensations``), recorded as an action (``GET /actions/{action_id}``), then its execution
+on confirmation (``POST /actions/{action_id}/execute``) (:mod:`services.operator.actions`;
+the console and ``sagaline sagas cancel|compensate`` do the same).
+
+The creation routes are not under ``/actions``: ``POST /actions/cancel`` would share its
+path with ``GET /actions/{action_id}``, and the answer to ``OPTIONS`` would name both."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from aiokafka.errors import KafkaError
-from fastapi import APIRouter, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, HTTPException, Request, Response
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from services.api import saga_list
 from services.api.auth import caller_of
 from services.api.body import StrictJsonRoute
 from services.api.deps import BusDep, SettingsDep
 from services.api.errors import documented
-from services.api.queries import DB_DOWN, EngineDep, Id
+from services.api.queries import STATUS_PATTERN, TYPE_PATTERN, EngineDep, Id
 from services.operator import actions as ops
 from services.operator.cancels import NotCancellable
 from services.operator.definitions import definitions
 
-router = APIRouter(prefix="/actions", tags=["actions"], route_class=StrictJsonRoute)
+router = APIRouter(tags=["actions"], route_class=StrictJsonRoute)
 TAGS = [
     {
         "name": "actions",
@@ -47,6 +53,75 @@ class CancelRequest(BaseModel):
     reason: Reason
 
 
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339(value: object) -> object:
+    """A time in a JSON body is a string, a date and a time with its offset (the schema's
+    ``date-time``): not a number of seconds, not a bare date."""
+    if isinstance(value, str) and RFC3339.match(value):
+        return value
+    if value is None:
+        return None
+    raise ValueError("must be a date and time with its offset, like 2026-11-25T14:00:00Z")
+
+
+Time = Annotated[datetime | None, BeforeValidator(_rfc3339)]
+Text = Annotated[
+    str | None,
+    Field(min_length=1, max_length=saga_list.MAX_TEXT, pattern=saga_list.PRINTABLE.pattern),
+]
+
+
+class SagaFilterBody(BaseModel):
+    """The saga list's filter: the parameters of GET /sagas but `after` and `limit` (each
+    optional; none matches every saga). Some combinations are refused with a 422 saying why
+    (the operation's `x-rules`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    saga_type: Annotated[
+        str | None, Field(pattern=TYPE_PATTERN, description="Only sagas of this type")
+    ] = None
+    status: Annotated[
+        str | None,
+        Field(pattern=STATUS_PATTERN, description="Only sagas in this status (their step)"),
+    ] = None
+    outcome: Annotated[
+        str | None,
+        Field(
+            pattern=f"^({'|'.join(saga_list.OUTCOMES)})$",
+            description="in_flight, stuck, finished, compensated or failed (as GET /sagas)",
+        ),
+    ] = None
+    since: Annotated[
+        Time, Field(description="Only sagas whose status changed at or after this")
+    ] = None
+    until: Annotated[Time, Field(description="Only sagas whose status changed before this")] = None
+    customer: Annotated[Text, Field(description="An order's customer id")] = None
+    student: Annotated[Text, Field(description="An enrollment's student id")] = None
+    course: Annotated[Text, Field(description="An enrollment's course id (now)")] = None
+    product: Annotated[Text, Field(description="Sagas that touched this product")] = None
+    account: Annotated[Text, Field(description="Sagas that touched this account")] = None
+    entity: Annotated[
+        str | None,
+        Field(
+            min_length=3,
+            max_length=saga_list.MAX_TEXT,
+            pattern=r"^[^\x00-\x1f\x7f:]+:[^\x00-\x1f\x7f]+$",
+            description="Sagas whose timeline holds this entity key: its type, a colon and "
+            "its id (payment:o-1)",
+        ),
+    ] = None
+
+    def given(self) -> dict[str, str]:
+        """As the saga list's parameters (text, by name)."""
+        return {
+            name: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in self
+            if value is not None
+        }
+
+
 class CompensateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -59,9 +134,9 @@ class CompensateRequest(BaseModel):
             ]
         },
     )
-    filter: dict[str, str] = Field(
-        description="The saga list's filter (the parameters of GET /sagas but `after` and "
-        "`limit`): every saga it matches whose cancel changes it"
+    filter: SagaFilterBody = Field(
+        description="Every saga it matches now whose cancel changes it (an empty filter "
+        "matches every saga)"
     )
     reason: Reason
 
@@ -130,8 +205,20 @@ class ActionPublic(BaseModel):
         )
 
 
-ERRORS = documented(503, s503=DB_DOWN)
-PLAN_ERRORS = documented(422, 503, s422="The saga or the filter is wrong (the message says why)")
+PLAN_RESPONSES = documented(
+    400, 415, 422, 503, s422="The saga or the filter is wrong (the message says why)"
+) | {
+    201: {
+        "description": "The dry run, recorded as an action (state `planned`)",
+        "headers": {
+            "Location": {
+                "description": "The action: `/actions/{action_id}`",
+                "required": True,
+                "schema": {"type": "string"},
+            }
+        },
+    }
+}
 
 
 async def _db(engine: Engine, work: Any, *args: Any) -> Any:
@@ -146,7 +233,13 @@ async def _db(engine: Engine, work: Any, *args: Any) -> Any:
 
 
 async def _plan(
-    request: Request, engine: Engine, settings: Any, kind: str, given: dict[str, str], why: str
+    request: Request,
+    response: Response,
+    engine: Engine,
+    settings: Any,
+    kind: str,
+    given: dict[str, str],
+    why: str,
 ) -> ActionPublic:
     who = caller_of(request).key_id
 
@@ -157,31 +250,73 @@ async def _plan(
         )  # fmt: skip
 
     try:
-        return ActionPublic.of(await _db(engine, plan))
+        action = ActionPublic.of(await _db(engine, plan))
     except (ops.ActionError, NotCancellable) as exc:
         raise HTTPException(422, str(exc)) from exc
+    response.headers["Location"] = f"/actions/{action.action_id}"
+    return action
 
 
-@router.post("/cancel", status_code=201, response_model=ActionPublic, responses=PLAN_ERRORS)
+CANCEL_RULES = [
+    "saga_id must name a saga the read model holds (else 422)",
+    "its saga type must declare a cancel command (else 422)",
+]
+COMPENSATE_RULES = [
+    "customer is about order sagas, student and course about enrollment sagas: "
+    "with another saga_type, or with each other, 422",
+    "status must be one of a saga type the filter allows, and within outcome (else 422)",
+    "since must be before until (else 422)",
+    "at most one of product, account and entity (else 422)",
+    f"the filter matches at most {ops.MAX_SAGAS} sagas (else 422: narrow it)",
+    "every saga it matches is of a type that declares a cancel command (else 422)",
+]
+"""What the schema cannot state (``x-rules`` in the document): a request it allows may be
+refused by one, with a 422 saying which."""
+
+
+@router.post(
+    "/cancellations",
+    status_code=201,
+    response_model=ActionPublic,
+    responses=PLAN_RESPONSES,
+    openapi_extra={"x-rules": CANCEL_RULES},
+)
 async def cancel(
-    request: Request, body: CancelRequest, engine: EngineDep, settings: SettingsDep
+    request: Request,
+    response: Response,
+    body: CancelRequest,
+    engine: EngineDep,
+    settings: SettingsDep,
 ) -> ActionPublic:
-    """The dry run of cancelling one saga, recorded (state `planned`): the compensations its
-    definition would send. Nothing is sent until `POST /actions/{action_id}/execute`."""
-    return await _plan(request, engine, settings, "cancel", {"saga_id": body.saga_id}, body.reason)
+    """The dry run of cancelling one saga, recorded as an action (state `planned`): the
+    compensations its definition would send. Nothing is sent until
+    `POST /actions/{action_id}/execute`."""
+    given = {"saga_id": body.saga_id}
+    return await _plan(request, response, engine, settings, "cancel", given, body.reason)
 
 
-@router.post("/compensate", status_code=201, response_model=ActionPublic, responses=PLAN_ERRORS)
+@router.post(
+    "/compensations",
+    status_code=201,
+    response_model=ActionPublic,
+    responses=PLAN_RESPONSES,
+    openapi_extra={"x-rules": COMPENSATE_RULES},
+)
 async def compensate(
-    request: Request, body: CompensateRequest, engine: EngineDep, settings: SettingsDep
+    request: Request,
+    response: Response,
+    body: CompensateRequest,
+    engine: EngineDep,
+    settings: SettingsDep,
 ) -> ActionPublic:
-    """The dry run of cancelling every saga the filter matches now, recorded: exactly the
-    sagas the execution will touch (at most 10,000), each with the compensations its
-    definition would send. Nothing is sent until `POST /actions/{action_id}/execute`."""
-    return await _plan(request, engine, settings, "compensate", body.filter, body.reason)
+    """The dry run of cancelling every saga the filter matches now, recorded as an action:
+    exactly the sagas the execution will touch (at most 10,000), each with the compensations
+    its definition would send. Nothing is sent until `POST /actions/{action_id}/execute`."""
+    given = body.filter.given()
+    return await _plan(request, response, engine, settings, "compensate", given, body.reason)
 
 
-@router.get("/{action_id}", response_model=ActionPublic, responses=documented(404, 503))
+@router.get("/actions/{action_id}", response_model=ActionPublic, responses=documented(404, 503))
 async def get_action(action_id: Id, engine: EngineDep) -> ActionPublic:
     """An action: who asked, when, its filter, its state and progress, saga by saga."""
     found = await _db(engine, ops.load, action_id)
@@ -191,7 +326,7 @@ async def get_action(action_id: Id, engine: EngineDep) -> ActionPublic:
 
 
 @router.post(
-    "/{action_id}/execute",
+    "/actions/{action_id}/execute",
     response_model=ActionPublic,
     responses=documented(404, 503, s503="The broker or the read-model database is unavailable"),
 )

@@ -282,8 +282,8 @@ async def get_stock(product_id: Id, engine: EngineDep, after: ReadAfterDep) -> S
     return StockPublic.of(await row_or_404(engine, PRODUCT_STOCK, product_id, what))
 
 
-_TYPES = "|".join(saga_list.saga_types())
-_STATUSES = "|".join(sorted({x for t in SAGA_TYPES for x in t.statuses.statuses}))
+TYPE_PATTERN = f"^({'|'.join(saga_list.saga_types())})$"
+STATUS_PATTERN = f"^({'|'.join(sorted({x for t in SAGA_TYPES for x in t.statuses.statuses}))})$"
 FilterText = Annotated[str | None, Query(min_length=1, max_length=200, pattern=TEXT)]
 LIST_ERRORS = documented(422, 503, s422="A filter is wrong (the message says which and why)")
 
@@ -294,11 +294,11 @@ async def list_sagas(
     settings: SettingsDep,
     after_write: ReadAfterDep,
     saga_type: Annotated[
-        str | None, Query(pattern=f"^({_TYPES})$", description="Only sagas of this type")
+        str | None, Query(pattern=TYPE_PATTERN, description="Only sagas of this type")
     ] = None,
     status: Annotated[
         str | None,
-        Query(pattern=f"^({_STATUSES})$", description="Only sagas in this status (their step)"),
+        Query(pattern=STATUS_PATTERN, description="Only sagas in this status (their step)"),
     ] = None,
     outcome: Annotated[
         str | None,

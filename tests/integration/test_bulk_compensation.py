@@ -111,7 +111,7 @@ async def test_a_filtered_bulk_compensation_survives_a_crash_of_its_executor_and
 
             # The dry run names exactly the chosen ones, with their definition's compensations.
             planned = await stack.http.post(
-                "/actions/compensate", json={"filter": FILTER, "reason": "provider outage"}
+                "/compensations", json={"filter": FILTER, "reason": "provider outage"}
             )
             assert planned.status_code == 201, planned.text
             plan = planned.json()

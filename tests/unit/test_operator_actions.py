@@ -152,13 +152,14 @@ async def test_the_rest_api_plans_then_executes_and_needs_the_admin_scope(tmp_pa
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://a") as http:
             refused = await http.post(
-                "/actions/compensate", json=body, headers={"Authorization": f"Bearer {reader}"}
+                "/compensations", json=body, headers={"Authorization": f"Bearer {reader}"}
             )
             assert refused.status_code == 403
             auth = {"Authorization": f"Bearer {admin}"}
-            planned = await http.post("/actions/compensate", json=body, headers=auth)
+            planned = await http.post("/compensations", json=body, headers=auth)
             assert planned.status_code == 201, planned.text
             action = planned.json()
+            assert planned.headers["location"] == f"/actions/{action['action_id']}"
             assert [s["saga_id"] for s in action["sagas"]] == ["o-0", "o-1", "o-2"]
             assert action["state"] == "planned" and kafka.sent == []
             assert action["requested_by"] == admin.split("_")[1]
@@ -167,11 +168,23 @@ async def test_the_rest_api_plans_then_executes_and_needs_the_admin_scope(tmp_pa
             assert (done["state"], done["sent"]) == ("done", 3)
             assert sorted(e.key for _c, e in kafka.sent) == ["o-0", "o-1", "o-2"]
             wrong = await http.post(
-                "/actions/compensate", json={**body, "filter": {"colour": "red"}}, headers=auth
+                "/compensations", json={**body, "filter": {"colour": "red"}}, headers=auth
             )
-            assert wrong.status_code == 422 and "no filter" in wrong.json()["message"]
+            assert wrong.status_code == 422 and "filter.colour" in wrong.json()["message"]
     finally:
         console.engine.dispose()
+
+
+def test_the_rest_filter_has_exactly_the_saga_lists_filters() -> None:
+    from services.api.actions import SagaFilterBody
+    from services.api.saga_list import PARAMETERS
+
+    assert set(SagaFilterBody.model_fields) == set(PARAMETERS) - {"after", "limit"}
+    since = SagaFilterBody.model_validate({"since": "2026-11-25T14:00:00Z", "saga_type": "order"})
+    assert since.given() == {"saga_type": "order", "since": "2026-11-25T14:00:00+00:00"}
+    for wrong in (0, "2026-11-25", "2026-11-25T14:00:00", "1764079200"):
+        with pytest.raises(ValueError, match="date and time with its offset"):
+            SagaFilterBody.model_validate({"since": wrong})
 
 
 # --- the command line ------------------------------------------------------------------------

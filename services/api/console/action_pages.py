@@ -1,8 +1,8 @@
 """The console's operator actions (scope ``admin``): cancel one saga from its page, or
 compensate every saga the list's filter matches; each first a recorded dry run listing the
 sagas and the compensations each would get, then a confirm button that runs it
-(:mod:`services.operator.actions`; ``/actions`` over REST and ``sagaline sagas
-cancel|compensate`` do the same)."""
+(:mod:`services.operator.actions`; ``/cancellations``, ``/compensations`` and ``/actions``
+over REST and ``sagaline sagas cancel|compensate`` do the same)."""
 
 from __future__ import annotations
 
