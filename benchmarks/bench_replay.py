@@ -187,6 +187,58 @@ async def main(args: argparse.Namespace) -> None:
         f"equal: {found == {('order-saga', k) for k in compensated}} ({bug_s:.1f} s)"
     )
     assert found == {("order-saga", k) for k in compensated}
+    if args.spark:
+        on_spark(settings, raw, {"unchanged": same, "limit": limit, "bug": bug}, lower)
+
+
+def on_spark(settings: Settings, raw: Any, local: dict[str, Replay], lower: Decimal) -> None:
+    """The same three replays on Spark (local[2]), each compared key by key with the local."""
+    from spark_projections.replay import spark_replay
+    from spark_projections.session import build_session
+
+    spark = build_session(
+        master="local[2]",
+        driver_memory="2g",
+        shuffle_partitions=8,
+        jars_dir=settings.spark_jars_dir,
+        app_name="bench-replay",
+    )
+    raws, earliest, letters = raw
+    frame = spark.createDataFrame(
+        [(r.channel, r.partition, r.offset, bytearray(r.value or b"")) for r in raws],
+        "topic string, partition int, offset long, value binary",
+    )
+    channels = {r.channel: r.channel for r in raws}
+    runs = {"unchanged": (None, {}), "limit": (None, {"payment_max_amount": str(lower)}),
+            "bug": ("tests.unit.replay_bug", {})}  # fmt: skip
+    for name, (definitions, overrides) in runs.items():
+        chosen = choose(settings, build_processes, definitions, overrides)
+        started, cpu = time.perf_counter(), time.process_time()
+        distributed = spark_replay(
+            frame, channels, chosen.candidates, chosen.baselines, earliest, letters
+        )
+        took = time.perf_counter() - started
+        equal = shape(distributed) == shape(local[name])
+        print(
+            f"spark     {name}: {len(distributed.keys):,} keys, {len(diverging(distributed))} "
+            f"diverging, equal to the local replay key by key: {equal} ({took:.1f} s wall "
+            f"clock, driver CPU {time.process_time() - cpu:.1f} s)"
+        )
+        assert equal
+    spark.stop()
+
+
+def shape(replay: Replay) -> dict[tuple[str, str], tuple[Any, ...]]:
+    return {
+        (k.channel, k.key): (
+            k.decisions,
+            tuple(c.differences for c in sorted(k.diverging, key=lambda c: (c.at, c.cause))),
+            k.not_replayable,
+            k.status_before,
+            k.status_after,
+        )
+        for k in replay.keys
+    }
 
 
 if __name__ == "__main__":
@@ -202,4 +254,5 @@ if __name__ == "__main__":
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between 250 sagas")
     parser.add_argument("--dump", help="keep the records read in this file")
     parser.add_argument("--from-dump", help="replay the records kept by --dump, record nothing")
+    parser.add_argument("--spark", action="store_true", help="also on Spark, compared key by key")
     asyncio.run(main(parser.parse_args()))
