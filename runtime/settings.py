@@ -336,6 +336,11 @@ class Settings(BaseSettings):
         None,
         description="Mark the console's cookie `Secure` (sent over https only); unset: on unless SAGALINE_API_HOST is a loopback address",
     )
+    in_flight_refresh_s: float = Field(
+        60.0,
+        gt=0,
+        description="At most how often each API process reads the saga tables' changelogs (in a thread) for the in-flight sagas by type and version on its /metrics and the console's overview; between readings both show the last one. Each reading reads every saga table whole, so not at each scrape; a minute is soon enough to see an old version's last instance finish, which takes hours",
+    )
     console_deadletters_page: int = Field(
         50,
         ge=1,

@@ -121,6 +121,24 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     description="A saga's previous decision to its next one that sent "
                     "something: how long it waited for each step.",
                 ),
+                _panel(
+                    "Sagas in flight, by version",
+                    [
+                        (
+                            f"max by (saga_type, version) (sagaline_sagas_in_flight{SAGAS})",
+                            "{{saga_type}} v{{version}}",
+                        ),
+                        (
+                            f"sum(increase(sagaline_sagas_in_flight_read_failures_total{RATE}))",
+                            "failed readings",
+                        ),
+                    ],
+                    width=24,
+                    description="Instances by the version that started them, read by the API "
+                    "from the saga tables at most every SAGALINE_IN_FLIGHT_REFRESH_S (every "
+                    "API process reads the same: max). An older version at 0 can be deleted "
+                    "(sagaline versions). Failed readings keep the last values.",
+                ),
             ],
         ),
         (

@@ -30,21 +30,26 @@ class ChannelVersions:
     """The versions its channel keeps beside the newest."""
     in_flight: Counter[int]
 
-    def lines(self) -> list[str]:
-        said = [f"{self.channel}: newest version {self.newest}"]
+    def rows(self) -> list[tuple[int, int, str]]:
+        """(version, in flight, what ``sagaline versions`` says of it) for every version
+        listed, in flight or newest."""
+        rows = []
         for version in sorted({*self.listed, *self.in_flight, self.newest}):
             n = self.in_flight.get(version, 0)
             if version == self.newest:
-                said.append(f"  version {version}: {n} in flight (new instances start here)")
+                said = f"{n} in flight (new instances start here)"
             elif version not in self.listed:
-                said.append(
-                    f"  version {version}: {n} in flight, NOT LISTED: their messages are refused"
-                )
+                said = f"{n} in flight, NOT LISTED: their messages are refused"
             elif n:
-                said.append(f"  version {version}: {n} in flight: keep it")
+                said = f"{n} in flight: keep it"
             else:
-                said.append(f"  version {version}: none in flight: it can be deleted")
-        return said
+                said = "none in flight: it can be deleted"
+            rows.append((version, n, said))
+        return rows
+
+    def lines(self) -> list[str]:
+        said = [f"{self.channel}: newest version {self.newest}"]
+        return said + [f"  version {version}: {text}" for version, _, text in self.rows()]
 
 
 def latest(values: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, bytes]:

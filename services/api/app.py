@@ -28,6 +28,7 @@ from services.api.fastpath import FastLane
 from services.api.freshness import ReadWatch, database_probe
 from services.api.gate import KeyGate
 from services.api.idempotency import Remembered
+from services.api.inflight import in_flight_of
 from services.bus import CommandBus
 from services.projector.offsets import EndOffsets
 
@@ -70,6 +71,8 @@ def create_api(
                 await app.state.bus.start()
                 stack.push_async_callback(app.state.bus.stop)
             await _open_read_side(app, settings, engine, stack)
+            # Read only when /metrics or the console's overview asks, in a thread.
+            app.state.in_flight = in_flight_of(settings, app.state.prometheus)
             yield
 
     logsafe.install()

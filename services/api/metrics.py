@@ -15,6 +15,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -43,6 +44,19 @@ class ApiPrometheus:
             "Time to answer, by route template and method",
             ["route", "method"],
             buckets=BUCKETS,
+            registry=self.registry,
+        )
+        # From the saga tables' changelogs, at most every SAGALINE_IN_FLIGHT_REFRESH_S
+        # (services.api.inflight): every API process reads them, so sum none, take one.
+        self.in_flight = Gauge(
+            "sagaline_sagas_in_flight",
+            "Saga instances in flight, by saga type and the version that started them",
+            ["saga_type", "version"],
+            registry=self.registry,
+        )
+        self.in_flight_read_failures = Counter(
+            "sagaline_sagas_in_flight_read_failures",
+            "Readings of the saga tables' changelogs that failed (the gauge kept its values)",
             registry=self.registry,
         )
         # The labelled children, looked up once: ``labels()`` takes a lock and checks its
@@ -103,5 +117,8 @@ router = APIRouter()
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition of this API process's metrics."""
+    in_flight = getattr(request.app.state, "in_flight", None)
+    if in_flight is not None:
+        await in_flight.current()  # read again if due (in a thread), else the last reading
     registry = request.app.state.prometheus.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -25,11 +26,14 @@ from sagas.catalog import INVENTORY, ORDER_SAGA
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
 from sagas.messages import Envelope, Message
+from services.api.app import create_api
+from services.api.inflight import in_flight_of
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from tests.integration.harness import (
     ServiceProcess,
     _die_with_parent,
+    auth_headers,
     isolated_settings,
     settings_env,
 )
@@ -151,6 +155,18 @@ def versions_said(settings: Settings, version: str) -> str:
     return done.stdout
 
 
+async def scrape_in_flight(settings: Settings) -> str:
+    """The API's GET /metrics, in process, with the cache its lifespan builds (the reading
+    is the same at any version: it counts the version each record holds)."""
+    app = create_api(settings, bus=object())  # type: ignore[arg-type]
+    app.state.in_flight = in_flight_of(settings, app.state.prometheus, wait_s=60)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        response = await client.get("/metrics", headers=auth_headers(settings))
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 async def test_a_restart_on_version_2_finishes_version_1_orders_by_version_1_then_3_upgrades_them(
     stack: tuple[Settings, Path, Orders],
 ) -> None:
@@ -177,6 +193,9 @@ async def test_a_restart_on_version_2_finishes_version_1_orders_by_version_1_the
     said = versions_said(settings, "v2")
     assert "version 1: 2 in flight: keep it" in said, said
     assert "version 2: 2 in flight (new instances start here)" in said, said
+    scraped = await scrape_in_flight(settings)
+    assert 'sagaline_sagas_in_flight{saga_type="order",version="1"} 2.0' in scraped, scraped
+    assert 'sagaline_sagas_in_flight{saga_type="order",version="2"} 2.0' in scraped, scraped
 
     # version 3 declares the upgrade from version 1: old orders continue on its rules
     worker = VersionedWorker(settings, tmp, "v3")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,8 @@ from sagas.projections.orders import ORDERS, OrderRow
 from sagas.projections.rows import TimelineRow
 from services.api.app import create_api
 from services.api.console import session
+from services.api.inflight import InFlight
+from services.inflight import ChannelVersions
 from services.keys import add_key, revoke_key
 
 pytestmark = pytest.mark.unit
@@ -433,6 +436,7 @@ async def test_the_overview_shows_lag_and_the_last_rebuild(console: Console) -> 
     async with console.logged_in("read") as client:
         before = (await client.get("/console")).text
         assert "No rebuild has swapped" in before and "lag unknown" in before
+        assert "does not read the saga tables" in before  # no reading outside the lifespan
         runs = table(
             "rebuild_runs",
             column("run_id", String),
@@ -485,6 +489,28 @@ async def test_the_overview_shows_lag_and_the_last_rebuild(console: Console) -> 
     assert "<strong>failed</strong> at 2026-11-23 07:00:03.000 UTC" in failed
     assert "<code>offsets</code>" in failed and "&lt;script&gt;" in failed
     assert "42.5 s" in failed  # the models are still those of the swapped run
+
+
+async def test_the_overview_shows_the_sagas_in_flight_by_version(console: Console) -> None:
+    def read() -> list[ChannelVersions]:
+        return [
+            ChannelVersions("order-saga", 3, (1, 2), Counter({1: 0, 2: 4, 3: 7})),
+            ChannelVersions("enrollment-saga", 1, (), Counter({1: 2})),
+        ]
+
+    console.app.state.in_flight = InFlight(read, 60.0, console.app.state.prometheus)
+    async with console.logged_in("read") as client:
+        page = (await client.get("/console")).text
+    rows = re.findall(
+        r'<tr><th scope="row">([\w-]+)</th><td>(\d+)</td><td>(\d+)</td><td>([^<]*)</td></tr>', page
+    )
+    assert rows == [
+        ("order-saga", "1", "0", "none in flight: it can be deleted"),
+        ("order-saga", "2", "4", "4 in flight: keep it"),
+        ("order-saga", "3", "7", "7 in flight (new instances start here)"),
+        ("enrollment-saga", "1", "2", "2 in flight (new instances start here)"),
+    ]
+    assert "SAGALINE_IN_FLIGHT_REFRESH_S" in page
 
 
 async def test_with_auth_off_the_console_is_open(tmp_path: Path) -> None:

@@ -249,10 +249,15 @@ async def home(request: Request) -> Response:
     history = await _read(request, queries.rebuild_history)
     now = datetime.now(UTC)
     seen = await _read(request, saga_list.overview, now, settings.step_timeout_s)
+    # The same reading as /metrics' sagaline_sagas_in_flight (None: this process has none).
+    in_flight = getattr(request.app.state, "in_flight", None)
+    versions = None if in_flight is None else await in_flight.current()
     return render(
         request,
         "home.html",
         who,
+        versions=versions,
+        refresh_s=settings.in_flight_refresh_s,
         projection=status,
         rebuild=history.swapped,
         history=history,
