@@ -17,6 +17,17 @@
    and times ``--requests`` requests of each page and call, one at a time, each with other
    ids or filters where the page takes one. No broker: the overview's lag reader answers
    "unknown" at once (what is timed is the database and the page, not a Kafka round trip).
+   The overview's "Versions in flight" cache (``services.api.inflight``) is the app's own,
+   its bootstrap a local port nothing listens on (``--no-broker``): each reading is refused
+   at once and the overview shows the last one (none) with the failure.
+4. Also times the saga definitions' pictures (``/console/definitions`` and each type's) and
+   the operator actions' GET pages: the form of a compensation over a filter
+   (``/console/actions/new?...``) and one recorded dry run's page (``/console/actions/<id>``),
+   planned once before the timing through ``services.operator.actions.dry_run`` over a small
+   filter (one product's orders in flight: a few dozen sagas). No action is executed.
+
+No transfers are generated (the third domain's tables stay empty; its definition page
+counts nothing).
 """
 
 from __future__ import annotations
@@ -44,7 +55,10 @@ from readside.engine import create_read_engine
 from readside.migrate import upgrade
 from runtime.settings import Settings
 from services.api.app import create_api
+from services.api.inflight import in_flight_of
 from services.keys import add_key
+from services.operator import actions as ops
+from services.operator.definitions import definitions
 
 NOW = datetime.now(UTC)
 SPAN = timedelta(days=30)
@@ -202,14 +216,23 @@ def fill(url: str, sagas: int) -> dict[str, float]:
     return took
 
 
-async def measure(url: str, requests: int, tmp: Path) -> list[tuple[str, list[float], int]]:
+async def measure(
+    url: str, requests: int, tmp: Path, no_broker: str
+) -> list[tuple[str, list[float], int]]:
     keys = tmp / "api-keys"
-    settings = Settings(api_keys_file=keys, console_sessions_dir=tmp / "sessions", database_url=url)
+    settings = Settings(
+        api_keys_file=keys,
+        console_sessions_dir=tmp / "sessions",
+        database_url=url,
+        kafka_bootstrap=no_broker,
+    )
     app = create_api(settings, bus=object())  # type: ignore[arg-type]
     engine = create_read_engine(url)
     app.state.engine = engine
     app.state.end_offsets = NoEnds()
     app.state.watch = object()  # no consistency token is sent
+    # What the lifespan (not run by the ASGI transport) sets: the in-flight cache, no broker.
+    app.state.in_flight = in_flight_of(settings, app.state.prometheus)
     key, _ = add_key(keys, ("read",), "bench")
     rng = random.Random(7)
     day_ago = (NOW - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -233,6 +256,28 @@ async def measure(url: str, requests: int, tmp: Path) -> list[tuple[str, list[fl
 
         def product() -> str:
             return f"p-{rng.randrange(PRODUCTS):04d}"
+
+        started = time.perf_counter()
+        first = await console.get("/console")
+        print(
+            f"overview, first request (starts the in-flight reading, no broker): "
+            f"{(time.perf_counter() - started) * 1000:.1f} ms, {first.status_code}; reading "
+            f"failed: {app.state.in_flight.reading.failed}"
+        )
+        # One dry run (recorded, never executed) for its page: one product's orders in flight.
+        small = {"saga_type": "order", "product": "p-0007", "outcome": "in_flight"}
+        started = time.perf_counter()
+        with engine.connect() as conn:
+            action = ops.dry_run(
+                conn, definitions(settings), "compensate", small, "bench", "bench", NOW,
+                settings.step_timeout_s,
+            )  # fmt: skip
+        print(
+            f"dry run over {small}: {action.planned} sagas planned in "
+            f"{(time.perf_counter() - started) * 1000:.1f} ms (untimed set-up)"
+        )
+        kinds = list(definitions(settings))
+        print(f"saga types with a definition page: {', '.join(kinds)}")
 
         cases: list[tuple[str, httpx.AsyncClient, Callable[[], str]]] = [
             ("console: overview", console, lambda: "/console"),
@@ -272,6 +317,27 @@ async def measure(url: str, requests: int, tmp: Path) -> list[tuple[str, list[fl
             ),
             ("console: failed sagas", console, lambda: "/console/failures"),
             ("console: search a customer", console, lambda: f"/console/search?q={customer()}"),
+            ("console: definitions (every type)", console, lambda: "/console/definitions"),
+            *[
+                (
+                    f"console: definition of {kind}",
+                    console,
+                    lambda k=kind: f"/console/definitions/{k}",
+                )
+                for kind in kinds
+            ],
+            (
+                "console: compensation form (a product's in flight)",
+                console,
+                lambda: (
+                    f"/console/actions/new?saga_type=order&product={product()}&outcome=in_flight"
+                ),
+            ),
+            (
+                f"console: a dry run's page ({action.planned} sagas)",
+                console,
+                lambda: f"/console/actions/{action.action_id}",
+            ),
             ("API: GET /sagas", api, lambda: "/sagas"),
             ("API: GET /sagas?outcome=stuck", api, lambda: "/sagas?outcome=stuck"),
             ("API: GET /sagas?product=", api, lambda: f"/sagas?product={product()}"),
@@ -309,6 +375,11 @@ def main() -> None:
     parser.add_argument("--sagas", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--keep", action="store_true", help="Keep the database afterwards")
+    parser.add_argument(
+        "--no-broker",
+        default="127.0.0.1:9",
+        help="Kafka bootstrap of the in-flight cache: a port nothing listens on",
+    )
     args = parser.parse_args()
     print(machine())
     print(f"commit {git_rev()}; {args.sagas:,} sagas; {args.requests} requests per row")
@@ -328,7 +399,7 @@ def main() -> None:
             ).scalar_one()
         print(f"timeline rows {rows:,}; database {size}")
         with tempfile.TemporaryDirectory() as tmp:
-            results = asyncio.run(measure(url, args.requests, Path(tmp)))
+            results = asyncio.run(measure(url, args.requests, Path(tmp), args.no_broker))
         print()
         print("| page or call | p50 | p95 | max | status |")
         print("|---|---|---|---|---|")
