@@ -111,12 +111,12 @@ class InFlight:
 
     async def current(self) -> Reading:
         now = self._clock()
-        if self._pending is None and (self._next is None or now >= self._next):
-            self._next = now + self.every_s
-            self._pending = self._start()
-            self._pending.add_done_callback(self._done)
-        if self._pending is not None:
-            await asyncio.wait({self._pending}, timeout=self.wait_s)
+        if self._pending is not None or (self._next is not None and now < self._next):
+            return self.reading  # a reading another request started is not waited for
+        self._next = now + self.every_s
+        self._pending = pending = self._start()
+        pending.add_done_callback(self._done)
+        await asyncio.wait({pending}, timeout=self.wait_s)
         return self.reading
 
     def _start(self) -> asyncio.Future[Sequence[ChannelVersions]]:

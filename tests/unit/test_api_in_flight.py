@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -126,3 +127,22 @@ async def test_a_version_gone_from_the_reading_leaves_the_gauge() -> None:
     await cache.current()
     assert sample(metrics, "sagaline_sagas_in_flight", saga_type="order-saga", version="1") is None
     assert sample(metrics, "sagaline_sagas_in_flight", saga_type="order-saga", version="2") == 1
+
+
+async def test_only_the_request_that_starts_a_reading_waits_for_it() -> None:
+    """A broker that drops connections makes a reading hang: one request per interval pays
+    the bounded wait, the others answer at once with the last values."""
+    release = threading.Event()
+
+    def hanging() -> Sequence[ChannelVersions]:
+        release.wait(5)
+        return [orders(1, 1)]
+
+    cache = InFlight(hanging, 60.0, ApiPrometheus(), wait_s=0.5, clock=Clock())
+    first = asyncio.ensure_future(cache.current())
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    await cache.current()
+    assert time.monotonic() - started < 0.2
+    release.set()
+    await first
