@@ -30,6 +30,13 @@ async def _delete(prefixes: tuple[str, ...]) -> None:
         doomed = [t for t in await admin.list_topics() if t.startswith(prefixes)]
         for at in range(0, len(doomed), 100):
             await admin.delete_topics(doomed[at : at + 100])
+        # The broker deletes in the background: the next module starts once they are gone,
+        # so its own topics are not created while the metadata still churns (a topic just
+        # created then takes a moment to be listed).
+        for _ in range(150):
+            if not any(t.startswith(prefixes) for t in await admin.list_topics()):
+                break
+            await asyncio.sleep(0.2)
     except Exception:  # housekeeping: a broker a test stopped on purpose keeps its topics
         pass
     finally:

@@ -49,6 +49,10 @@ async def test_new_changelogs_get_the_config_and_old_ones_are_corrected_with_a_l
         await admin.create_topics(
             [NewTopic(changelog, settings.partitions, 1, topic_configs=config)]
         )
+        for _ in range(100):  # listed once the broker's metadata has it (moments; longer
+            if changelog in await admin.list_topics():  # while it deletes other topics)
+                break
+            await asyncio.sleep(0.1)
     finally:
         await admin.close()
     created = await create_topics(settings)
