@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -143,6 +144,8 @@ def _rebuild(
         built = _build(spark, settings, engine, offsets, progress, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):  # left when another run still uses it
+            scratch.parent.rmdir()
     _pause(settings, progress)
     progress.enter("swap")
     given = swap.SwapInput(
