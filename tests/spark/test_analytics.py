@@ -20,7 +20,7 @@ from sagas.contracts.ledger import Reserved
 from sagas.messages import Envelope
 from sagas.projections.declare import SagaType
 from spark_projections import analytics, pipeline
-from tests.spark import enrollments, history
+from tests.spark import domains, enrollments, history
 from tests.spark.compare import assertDataFrameEqual
 from tests.spark.frames import place, records_frame
 from tests.spark.reference import project
@@ -129,6 +129,7 @@ def test_only_declared_saga_types_are_counted(spark: SparkSession) -> None:
     sagas = [
         *history.order_history(3, products=1, seed=5),
         *enrollments.enrollment_history(5, courses=1, students=2, seed=5),
+        *domains.traffic_history(sagas=5),  # every domain that declares its traffic
     ]
     events = [*sagas, course]
     stage = pipeline.staged(records_frame(spark, place(history.encoded(events))))
