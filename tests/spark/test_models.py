@@ -28,7 +28,7 @@ from sagas.contracts.orders import OrderPlaced
 from sagas.projections.declare import Column, Latest, ReadModel
 from sagas.projections.orders import ORDERS
 from spark_projections import gate, models, pipeline, swap, twins
-from tests.spark import enrollments, history
+from tests.spark import domains, enrollments, history
 from tests.spark.compare import assertDataFrameEqual, compare
 from tests.spark.frames import T_LOG, place, records_frame
 from tests.spark.reference import Record, Reference, project
@@ -42,9 +42,11 @@ def records() -> list[Record]:
     messy = history.messy(events, seed=4)
     sample = next(e for e in events if e.type == "order.StatusChanged" and e.sequence == 2)
     enrolling = enrollments.messy_enrollments(150, seed=7)
+    declared = history.messy(domains.traffic_history(60), 8, domains.traffic_entities())
     raws = [
         *history.encoded(messy),
         *history.encoded(enrolling),
+        *history.encoded(declared),  # every domain that declares its traffic
         *history.malformed(sample),
         *history.lax_order(),
         *enrollments.lax_course(),
