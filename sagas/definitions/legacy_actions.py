@@ -82,6 +82,7 @@ from sagas.contracts.legacy import (
     StudentRow,
     StudentUpdated,
 )
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Command, Context, Decision
 from sagas.messages import Message
 
@@ -210,7 +211,7 @@ class ActionCorrelator:
         due = [c for c in state.claims if c.until <= ctx.now]
         rest = tuple(c for c in state.claims if c.until > ctx.now)
         answers = tuple(self._answer(c, state.course, None) for c in due)
-        return self._settle(state.model_copy(update={"claims": rest}), answers, ctx)
+        return self._settle(checked_copy(state, {"claims": rest}), answers, ctx)
 
     # --- parts ------------------------------------------------------------------------
 
@@ -239,33 +240,33 @@ class ActionCorrelator:
                 claim_id=claim_id, student_id=event.student_id, course_id=event.course_id
             )
             send = (Command(self.name, f"course:{event.course_id}", claim),)
-            item = item.model_copy(update={"claim": claim_id})
+            item = checked_copy(item, {"claim": claim_id})
         if event.student_created:
             return _enqueue(state, item), send
         creation = _first(state.queue, _is_student_creation)
         if creation is not None:  # the student was created earlier in this action
-            merged = item.model_copy(update={"event": _with_student(item, state.queue[creation])})
+            merged = checked_copy(item, {"event": _with_student(item, state.queue[creation])})
             return _replace(state, creation, merged), send
         if not state.existed:  # its creation may still come
-            item = item.model_copy(update={"until": ctx.now + self.hold})
+            item = checked_copy(item, {"until": ctx.now + self.hold})
         return _enqueue(state, item), send
 
     def _student_created(self, state: ActionState, item: Waiting, ctx: Context) -> ActionState:
         enrollment = _first(state.queue, _lacks_student)
         if enrollment is None:
-            return _enqueue(state, item.model_copy(update={"until": ctx.now + self.hold}))
+            return _enqueue(state, checked_copy(item, {"until": ctx.now + self.hold}))
         waiting = state.queue[enrollment]
-        merged = waiting.model_copy(update={"event": _with_student(waiting, item), "until": None})
+        merged = checked_copy(waiting, {"event": _with_student(waiting, item), "until": None})
         return _replace(state, enrollment, merged)
 
     def _course_created(
         self, state: ActionState, item: Waiting, event: CourseUpdated, ctx: Context
     ) -> tuple[ActionState, tuple[Command, ...]]:
         if not state.claims:
-            return _enqueue(state, item.model_copy(update={"until": ctx.now + self.hold})), ()
+            return _enqueue(state, checked_copy(item, {"until": ctx.now + self.hold})), ()
         first, rest = state.claims[0], state.claims[1:]
         answer = self._answer(first, state.course, event)
-        return state.model_copy(update={"claims": rest, "existed": True}), (answer,)
+        return checked_copy(state, {"claims": rest, "existed": True}), (answer,)
 
     # --- claims -----------------------------------------------------------------------
 
@@ -278,7 +279,7 @@ class ActionCorrelator:
             assert isinstance(held, CourseUpdated)
             queue = state.queue[:creation] + state.queue[creation + 1 :]
             answer = self._answer_claim(claim.claim_id, claim.student_id, state.course, held)
-            return state.model_copy(update={"queue": queue, "existed": True}), (answer,)
+            return checked_copy(state, {"queue": queue, "existed": True}), (answer,)
         if state.existed:  # no creation of this course can come any more
             return state, (self._answer_claim(claim.claim_id, claim.student_id, state.course),)
         if len(state.claims) >= MAX_CLAIMS:
@@ -290,7 +291,7 @@ class ActionCorrelator:
         waiting = Claim(
             claim_id=claim.claim_id, student_id=claim.student_id, until=ctx.now + self.hold
         )
-        return state.model_copy(update={"claims": (*state.claims, waiting)}), ()
+        return checked_copy(state, {"claims": (*state.claims, waiting)}), ()
 
     def _answer(
         self, claim: Claim, row: CourseRow | None, created: CourseUpdated | None
@@ -324,7 +325,7 @@ class ActionCorrelator:
             published.append(_filled(queue[0].event, state))
             queue = queue[1:]
         existed = state.existed or any(_carries_creation(e) for e in published)
-        state = state.model_copy(update={"queue": queue, "existed": existed})
+        state = checked_copy(state, {"queue": queue, "existed": existed})
         into_domain = tuple(
             Command(self.domain_channel, domain_key(e), e)
             for e in published
@@ -346,7 +347,7 @@ class ActionCorrelator:
 
 
 def _remember(state: ActionState, ident: str) -> ActionState:
-    return state.model_copy(update={"seen": (*state.seen, ident)[-MAX_SEEN:]})
+    return checked_copy(state, {"seen": (*state.seen, ident)[-MAX_SEEN:]})
 
 
 def _learn(state: ActionState, event: BusinessEvent, lsn: int) -> ActionState:
@@ -365,7 +366,7 @@ def _learn(state: ActionState, event: BusinessEvent, lsn: int) -> ActionState:
     if row is not None and lsn >= state.row_lsn:
         field = "student" if isinstance(row, StudentRow) else "course"
         update |= {field: row, "row_lsn": lsn}
-    return state.model_copy(update=update)
+    return checked_copy(state, update)
 
 
 def _answered(state: ActionState, answer: CourseClaimAnswered) -> ActionState:
@@ -374,14 +375,15 @@ def _answered(state: ActionState, answer: CourseClaimAnswered) -> ActionState:
         if waiting.claim == answer.claim_id and isinstance(waiting.event, StudentEnrolled):
             event = waiting.event
             course = answer.course if answer.created or event.course is None else event.course
-            event = event.model_copy(
-                update={
+            event = checked_copy(
+                event,
+                {
                     "course": course,
                     "course_created": answer.created,
                     "tx_ids": _union(event.tx_ids, answer.tx_ids),
-                }
+                },
             )
-            return _replace(state, i, waiting.model_copy(update={"event": event, "claim": None}))
+            return _replace(state, i, checked_copy(waiting, {"event": event, "claim": None}))
     return state  # answered already (a duplicate answer)
 
 
@@ -390,31 +392,32 @@ def _with_student(enrollment: Waiting, creation: Waiting) -> StudentEnrolled:
     event, created = enrollment.event, creation.event
     assert isinstance(event, StudentEnrolled) and isinstance(created, StudentUpdated)
     own_is_newer = event.student is not None and enrollment.lsn >= creation.lsn
-    return event.model_copy(
-        update={
+    return checked_copy(
+        event,
+        {
             "student": event.student if own_is_newer else created.student,
             "student_created": True,
             "tx_ids": _union(event.tx_ids, created.tx_ids),
-        }
+        },
     )
 
 
 def _filled(event: BusinessEvent, state: ActionState) -> BusinessEvent:
     """An enrollment that saw no student row carries the latest one this key knows."""
     if isinstance(event, StudentEnrolled) and event.student is None and state.student:
-        return event.model_copy(update={"student": state.student})
+        return checked_copy(event, {"student": state.student})
     return event
 
 
 def _enqueue(state: ActionState, item: Waiting) -> ActionState:
-    return state.model_copy(update={"queue": (*state.queue, item)})
+    return checked_copy(state, {"queue": (*state.queue, item)})
 
 
 def _replace(state: ActionState, index: int, item: Waiting) -> ActionState:
     """Put ``item`` (two events merged) at ``index``: the place of the one queued first."""
     queue = list(state.queue)
     queue[index] = item
-    return state.model_copy(update={"queue": tuple(queue)})
+    return checked_copy(state, {"queue": tuple(queue)})
 
 
 def _first(queue: tuple[Waiting, ...], wanted: Callable[[BusinessEvent], bool]) -> int | None:

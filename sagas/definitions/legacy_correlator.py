@@ -58,6 +58,7 @@ from sagas.contracts.legacy import (
 )
 from sagas.definitions.legacy_actions import action_key
 from sagas.ids import derive_id
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.history import History
 from sagas.machinery.process import Command, Context, Decision
 from sagas.messages import MAX_KEY_LENGTH, Message
@@ -188,24 +189,25 @@ class LegacyCorrelator:
         positions = state.positions.put(change.position, None).prune(keep=MAX_POSITIONS)
         if change.snapshot:
             parts = self._parts((change,)) if self.snapshot_events else ()
-            return Decision(state.model_copy(update={"positions": positions}), send=parts)
+            return Decision(checked_copy(state, {"positions": positions}), send=parts)
         if state.status == "closed":  # late: after the window or the END record
-            late = state.model_copy(update={"positions": positions})
+            late = checked_copy(state, {"positions": positions})
             return Decision(late, send=self._parts((change,)))
-        opened = state.model_copy(
-            update={
+        opened = checked_copy(
+            state,
+            {
                 "rows": (*state.rows, change),
                 "held_bytes": state.held_bytes + _stored_size(change),
                 "positions": positions,
                 "status": "open",
-            }
+            },
         )
         if opened.expected is not None and _received(opened) >= opened.expected:
             return self._close(opened)
         window = {WINDOW_DEADLINE: ctx.now + self.window} if state.status == "empty" else {}
         if opened.held_bytes > MAX_HELD_BYTES:
-            chunk = opened.model_copy(
-                update={"rows": (), "held_bytes": 0, "sent_rows": _received(opened)}
+            chunk = checked_copy(
+                opened, {"rows": (), "held_bytes": 0, "sent_rows": _received(opened)}
             )
             return Decision(chunk, send=self._parts(opened.rows), set_deadlines=window)
         return Decision(opened, set_deadlines=window)
@@ -213,14 +215,14 @@ class LegacyCorrelator:
     def _ended(self, state: TransactionState, end: TransactionEnded) -> Decision[TransactionState]:
         if state.status == "closed" or state.expected is not None:
             return Decision(state)
-        known = state.model_copy(update={"expected": end.event_count})
+        known = checked_copy(state, {"expected": end.event_count})
         if state.status == "open" and _received(state) >= end.event_count:
             return self._close(known)
         return Decision(known)
 
     def _close(self, state: TransactionState) -> Decision[TransactionState]:
-        closed = state.model_copy(
-            update={"rows": (), "held_bytes": 0, "sent_rows": 0, "status": "closed"}
+        closed = checked_copy(
+            state, {"rows": (), "held_bytes": 0, "sent_rows": 0, "status": "closed"}
         )
         return Decision(
             closed,

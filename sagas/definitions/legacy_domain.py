@@ -45,6 +45,7 @@ from sagas.contracts import enrollment as e
 from sagas.contracts import legacy as lg
 from sagas.contracts.ledger import MAX_UNITS
 from sagas.ids import derive_id
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Command, Context, Decision, Fact
 from sagas.messages import Message
 
@@ -168,8 +169,8 @@ class LegacyDomain:
             enrollment_id=enrollment,
             tx_ids=event.tx_ids,
         )
-        new = state.model_copy(
-            update={"enrollments": {**state.enrollments, event.course_id: enrollment}}
+        new = checked_copy(
+            state, {"enrollments": {**state.enrollments, event.course_id: enrollment}}
         )
         return Decision(
             new,
@@ -191,7 +192,7 @@ class LegacyDomain:
         # reaches the saga before its Enroll ends it DROPPED, and the Enroll is then ignored.
         drop = e.Drop(reason=f"dropped in the legacy database (transaction {_txs(event)})")
         return Decision(
-            state.model_copy(update={"enrollments": rest}),
+            checked_copy(state, {"enrollments": rest}),
             send=(Command(self.enrollments, enrollment, drop, saga_id=enrollment),),
         )
 
@@ -236,8 +237,8 @@ class LegacyDomain:
     ) -> Decision[LegacyDomainState]:
         if state.pending is None or who not in state.pending.awaiting:
             return Decision(state)  # a repeated answer
-        waiting = state.pending.model_copy(update={"awaiting": state.pending.awaiting - {who}})
-        return self._enroll_when_answered(state.model_copy(update={"pending": waiting}), ctx)
+        waiting = checked_copy(state.pending, {"awaiting": state.pending.awaiting - {who}})
+        return self._enroll_when_answered(checked_copy(state, {"pending": waiting}), ctx)
 
     def _enroll_when_answered(
         self, state: LegacyDomainState, ctx: Context, send: tuple[Command, ...] = ()
@@ -247,9 +248,7 @@ class LegacyDomain:
         if waiting.awaiting or waiting.enroll_sent:
             return Decision(state, send=send)
         enroll = e.Enroll(student_id=waiting.student_id, course_id=waiting.course_id)
-        sent = state.model_copy(
-            update={"pending": waiting.model_copy(update={"enroll_sent": True})}
-        )
+        sent = checked_copy(state, {"pending": checked_copy(waiting, {"enroll_sent": True})})
         return Decision(
             sent, send=(*send, Command(self.enrollments, ctx.key, enroll, saga_id=ctx.key))
         )

@@ -33,7 +33,8 @@ from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from sagas.machinery.legs import AWAITING, TAKEN, Leg, LegStatus, Outcome, Port, checked_copy
+from sagas.machinery.frozen import validated_copy
+from sagas.machinery.legs import AWAITING, TAKEN, Leg, LegStatus, Outcome, Port
 from sagas.machinery.process import Command, Context, Decision, Fact
 from sagas.machinery.statuses import SagaStatuses
 from sagas.messages import Message
@@ -65,7 +66,7 @@ class SagaState(BaseModel):
     def but(self, **changes: object) -> Self:
         """This state with ``changes``: an unknown field or a value of the wrong type is a
         TypeError or a ValidationError, not a state silently kept."""
-        return checked_copy(self, changes)
+        return validated_copy(self, changes)
 
 
 S = TypeVar("S", bound=SagaState)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Self, TypeVar
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
+from sagas.machinery.frozen import validated_copy
 from sagas.messages import Message
-
-M = TypeVar("M", bound=BaseModel)
 
 LegStatus = Literal[
     "none", "pending", "waitlisted", "held", "confirming", "confirmed", "releasing", "released",
@@ -66,7 +65,7 @@ class Leg(BaseModel):
 
     def but(self, **changes: object) -> Self:
         """This leg with ``changes`` (field names and values checked)."""
-        return checked_copy(self, changes)
+        return validated_copy(self, changes)
 
     def is_news(self, outcome: Outcome) -> bool:
         return self.status in _NEWS[outcome]
@@ -113,12 +112,3 @@ class Port:
             self.released: "released",
         }
         return found
-
-
-def checked_copy(model: M, changes: dict[str, object]) -> M:
-    """``model`` with ``changes``, refused for a field it does not have and validated like a
-    new instance (``model_copy(update=...)`` takes any key and any value silently)."""
-    unknown = changes.keys() - type(model).model_fields.keys()
-    if unknown:
-        raise TypeError(f"{type(model).__name__} has no field {', '.join(sorted(unknown))}")
-    return type(model).model_validate({**model.__dict__, **changes})

@@ -10,6 +10,7 @@ from typing import Any, Generic, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.history import LOAD_CHUNKS, History, chunk_key
 from sagas.machinery.process import S
 
@@ -187,4 +188,4 @@ def _at(model: BaseModel | None, path: tuple[str, ...]) -> Any:
 def _replace(model: Any, path: tuple[str, ...], value: Any) -> Any:
     head, rest = path[0], path[1:]
     inner = _replace(getattr(model, head), rest, value) if rest else value
-    return model.model_copy(update={head: inner})
+    return checked_copy(model, {head: inner})

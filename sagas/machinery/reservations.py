@@ -43,6 +43,7 @@ from typing import Any, Generic, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.history import History
 
 A = TypeVar("A", int, Decimal)
@@ -194,7 +195,7 @@ class Reservations(BaseModel, Generic[A]):
             return self.refuse(rid, amount, now, keep, note=short)
         expires_at = None if ttl is None else now + ttl
         hold = Hold[A](amount=amount, expires_at=expires_at, saga_id=saga_id, reply_to=reply_to)
-        new = self.model_copy(update={"holds": {**self.holds, rid: hold}})
+        new = checked_copy(self, {"holds": {**self.holds, rid: hold}})
         return new, Outcome(rid, "held", amount, hold=hold)
 
     def refuse(
@@ -229,9 +230,9 @@ class Reservations(BaseModel, Generic[A]):
         holds = {k: v for k, v in self.holds.items() if k != rid}
         if keep_open:
             committed = {**self.committed, rid: amount}
-            kept = self.model_copy(update={"holds": holds, "committed": committed})
+            kept = checked_copy(self, {"holds": holds, "committed": committed})
             return kept, Outcome(rid, "committed", amount, hold=hold)
-        spent = self.model_copy(update={"on_hand": self.on_hand - amount})
+        spent = checked_copy(self, {"on_hand": self.on_hand - amount})
         new = spent._close(rid, Closed("confirmed", amount), now, keep)
         return new, Outcome(rid, "confirmed", amount, hold=hold)
 
@@ -249,7 +250,7 @@ class Reservations(BaseModel, Generic[A]):
             return new, Outcome(rid, "refunded", amount, note=note)
         closed = self.closed.get(rid)
         if closed is not None and closed.outcome == "confirmed":
-            back = self.model_copy(update={"on_hand": self.on_hand + closed.amount})
+            back = checked_copy(self, {"on_hand": self.on_hand + closed.amount})
             new = back._close(rid, Closed("refunded", closed.amount, note=note), now, keep)
             return new, Outcome(rid, "refunded", closed.amount, note=note)
         if closed is not None:
@@ -289,12 +290,12 @@ class Reservations(BaseModel, Generic[A]):
         committed."""
         if on_hand < self.held + self.committed_total:
             return None
-        return self.model_copy(update={"on_hand": on_hand})
+        return checked_copy(self, {"on_hand": on_hand})
 
     def forget(self, now: datetime, keep: Retention) -> Self:
         """Drop the closed reservations past ``keep`` at ``now`` (every close does this too;
         a participant whose key may go quiet calls it from a deadline at :meth:`forgets_at`)."""
-        return self.model_copy(update={"closed": _pruned(self.closed, now, keep)})
+        return checked_copy(self, {"closed": _pruned(self.closed, now, keep)})
 
     def forgets_at(self, keep: Retention) -> datetime | None:
         """When the oldest remembered reservation passes the retention (None: nothing to
@@ -314,7 +315,7 @@ class Reservations(BaseModel, Generic[A]):
             update["holds"] = {k: v for k, v in self.holds.items() if k != rid}
         if rid in self.committed:
             update["committed"] = {k: v for k, v in self.committed.items() if k != rid}
-        return self.model_copy(update=update)
+        return checked_copy(self, update)
 
 
 def _pruned(closed: History[Closed[A]], now: datetime, keep: Retention) -> History[Closed[A]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sagas.contracts.system import Tick
 from sagas.ids import derive_id
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Command, Context, Decision, Fact, Outbound, Process
 from sagas.machinery.record import FORGET_DEADLINE, Record
 from sagas.machinery.retirement import RETIRE_DEADLINE, Retirement, final_of
@@ -125,7 +126,7 @@ def _retire_when_final(
         deadlines = {n: w for n, w in deadlines.items() if n != RETIRE_DEADLINE}
     else:
         return result
-    return replace(result, record=record.model_copy(update={"deadlines": deadlines}))
+    return replace(result, record=checked_copy(record, {"deadlines": deadlines}))
 
 
 def _fire_deadlines(
@@ -145,7 +146,7 @@ def _fire_deadlines(
         # tick before the new state is stored re-creates the same messages.
         ctx = Context(key=key, now=now, cause_id=derive_id(key, f"{name}@{when.isoformat()}"))
         remaining = {n: w for n, w in record.deadlines.items() if n != name}
-        record = record.model_copy(update={"deadlines": remaining})
+        record = checked_copy(record, {"deadlines": remaining})
         decision = process.on_deadline(record.state, name, ctx)
         result = _apply(process, record, decision, ctx)
         record = result.record
@@ -170,7 +171,7 @@ def _retire(
         later = {n: w for n, w in record.deadlines.items() if n != RETIRE_DEADLINE}
         if others and retirement is not None:
             later[RETIRE_DEADLINE] = max(others)
-        return record.model_copy(update={"deadlines": later})
+        return checked_copy(record, {"deadlines": later})
     return record.marker(process.initial(key), now, now + retirement.marker)
 
 
@@ -189,15 +190,16 @@ def _apply(
     for i, event in enumerate(decision.events):
         sequence += 1
         outbound.append(_event(process, event, ctx, i, sequence))
-    new = record.model_copy(
-        update={
+    new = checked_copy(
+        record,
+        {
             "state": decision.state,
             "sequence": sequence,
             "deadlines": deadlines,
             "started_at": record.started_at or ctx.now,
             "stepped_at": ctx.now,
             **(also or {}),
-        }
+        },
     )
     return StepResult(new, tuple(outbound))
 

@@ -25,6 +25,7 @@ from typing import Annotated, Any, ClassVar, cast
 
 from pydantic import BaseModel, ValidationInfo, WrapValidator
 
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Context, Decision, Process
 from sagas.machinery.record import Record
 from sagas.machinery.retirement import final_of
@@ -106,7 +107,7 @@ class Versions:
         version = record.version or FIRST
         while (newer := self._upgrade_from(version)) is not None:
             state = upgrades_of(self.by_version[newer])[version](record.state)
-            record = record.model_copy(update={"state": state, "version": newer})
+            record = checked_copy(record, {"state": state, "version": newer})
             version = newer
         definition = self.by_version.get(version)
         if definition is None:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sagas.contracts import enrollment as e
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Command, Context, Decision, Fact, merge
 from sagas.machinery.reservations import DEFAULT_RETENTION, Hold, Outcome, Retention
 from sagas.machinery.step import reply
@@ -156,7 +157,7 @@ class CourseSeats:
         seats, lapsed = state.seats.expire(ctx.now, self.keep)
         gone = {outcome.rid for outcome in lapsed}
         holders = {r: s for r, s in state.holders.items() if r not in gone}
-        new = state.model_copy(update={"seats": seats, "holders": holders})
+        new = checked_copy(state, {"seats": seats, "holders": holders})
         send: list[Command] = []
         events: list[Fact] = []
         for outcome in lapsed:
@@ -201,8 +202,8 @@ class CourseSeats:
                 ),
             )
             return Decision(state, send=reply(ctx, refused), events=(refused,))
-        new = state.model_copy(
-            update={"exists": True, "title": cmd.title, "credits": cmd.credits, "seats": seats}
+        new = checked_copy(
+            state, {"exists": True, "title": cmd.title, "credits": cmd.credits, "seats": seats}
         )
         fact = e.CourseSet(**roster(new))
         # A capacity raise frees seats: the waitlist takes them in this same decision.
@@ -239,7 +240,7 @@ class CourseSeats:
             saga_id=ctx.saga_id,
             reply_to=ctx.reply_to,
         )
-        new = state.model_copy(update={"waitlist": (*state.waitlist, queued)})
+        new = checked_copy(state, {"waitlist": (*state.waitlist, queued)})
         fact = self._waitlisted(new, queued)
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
@@ -258,7 +259,7 @@ class CourseSeats:
             rid, 1, ctx.now, self.keep, ttl=ttl, saga_id=ctx.saga_id, reply_to=ctx.reply_to
         )
         holders = {**state.holders, rid: student_id}
-        new = state.model_copy(update={"seats": seats, "holders": holders})
+        new = checked_copy(state, {"seats": seats, "holders": holders})
         fact = _answer(new, held, promoted)
         # The fact names ``ctx``'s saga: a promoted request's, not the message's.
         events = (Fact(fact, ctx.saga_id),)
@@ -274,7 +275,7 @@ class CourseSeats:
         seats = seats.forget(ctx.now, self.keep)
         holders = {r: s for r, s in state.holders.items() if r != rid}
         enrolled = {**state.enrolled, rid: state.holders[rid]}
-        new = state.model_copy(update={"seats": seats, "holders": holders, "enrolled": enrolled})
+        new = checked_copy(state, {"seats": seats, "holders": holders, "enrolled": enrolled})
         fact = e.SeatConfirmed(**roster(new), reservation_id=rid, student_id=enrolled[rid])
         clear = frozenset({expiry_deadline(rid)})
         return Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
@@ -286,7 +287,7 @@ class CourseSeats:
             rest = tuple(q for q in state.waitlist if q.reservation_id != rid)
             # The seats keep a tombstone for a reservation they never held: a late request
             # with this id is answered as cancelled, never queued again.
-            new = state.model_copy(update={"waitlist": rest, "seats": seats})
+            new = checked_copy(state, {"waitlist": rest, "seats": seats})
             fact = e.SeatReleased(
                 **roster(new), reservation_id=rid, student_id=queued.student_id, reason="dequeued"
             )
@@ -298,14 +299,14 @@ class CourseSeats:
                 holders = {r: s for r, s in state.holders.items() if r != rid}
                 enrolled = {r: s for r, s in state.enrolled.items() if r != rid}
                 update = {"seats": seats, "holders": holders, "enrolled": enrolled}
-                new = state.model_copy(update=update)
+                new = checked_copy(state, update)
                 fact = e.SeatReleased(
                     **roster(new), reservation_id=rid, student_id=student, reason=reason
                 )
                 clear = frozenset({expiry_deadline(rid)})
                 freed = Decision(new, send=reply(ctx, fact), events=(fact,), clear_deadlines=clear)
             case _:  # already given back, or a release before its request: a tombstone
-                freed = Decision(state.model_copy(update={"seats": seats}))
+                freed = Decision(checked_copy(state, {"seats": seats}))
         return merge(freed, self._promote(freed.state, ctx))
 
     # --- the waitlist -------------------------------------------------------------------
@@ -317,7 +318,7 @@ class CourseSeats:
         decision = Decision(state)
         while state.waitlist and state.seats.available >= 1:
             head, rest = state.waitlist[0], state.waitlist[1:]
-            state = state.model_copy(update={"waitlist": rest})
+            state = checked_copy(state, {"waitlist": rest})
             for_head = Context(
                 key=ctx.key,
                 now=ctx.now,

@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from sagas.contracts import payment as p
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Context, Decision
 from sagas.machinery.step import reply
 from sagas.messages import Message
@@ -103,21 +104,21 @@ class PaymentGateway:
         if state.status != "AUTHORIZED":
             refused = p.CaptureRefused(reason=f"payment is {state.status.lower()}")
             return Decision(state, send=reply(ctx, refused))
-        new = state.model_copy(update={"status": "CAPTURED"})
+        new = checked_copy(state, {"status": "CAPTURED"})
         fact = p.Captured(amount=state.amount)
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
     def _void(self, state: PaymentState, ctx: Context) -> Decision[PaymentState]:
         if state.status == "PENDING":
-            return Decision(state.model_copy(update={"status": "VOIDED"}))
+            return Decision(checked_copy(state, {"status": "VOIDED"}))
         if state.status in ("AUTHORIZED", "CAPTURED"):
             refunded = state.status == "CAPTURED"
-            new = state.model_copy(update={"status": "REFUNDED" if refunded else "VOIDED"})
+            new = checked_copy(state, {"status": "REFUNDED" if refunded else "VOIDED"})
             fact = p.Voided(amount=state.amount, refunded=refunded)
             return Decision(new, send=reply(ctx, fact), events=(fact,))
         if state.status == "NEW":
             # Void before authorize (a timed-out saga): tombstone, a late authorize is declined.
-            return Decision(state.model_copy(update={"status": "VOIDED"}))
+            return Decision(checked_copy(state, {"status": "VOIDED"}))
         return Decision(state)
 
 

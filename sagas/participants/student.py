@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BeforeValidator, Field, model_validator
 
 from sagas.contracts import enrollment as e
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.history import History
 from sagas.machinery.process import Context, Decision
 from sagas.machinery.reservations import DEFAULT_RETENTION, Closed, Reservations, Retention
@@ -157,7 +158,7 @@ class StudentCredits:
                 reason=f"{taken} credits are taken; max_credits cannot go below that",
             )
             return Decision(state, send=reply(ctx, refused), events=(refused,))
-        new = restocked.model_copy(update={"exists": True, "name": cmd.name})
+        new = checked_copy(restocked, {"exists": True, "name": cmd.name})
         fact = e.StudentSet(**totals(new))
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
@@ -196,7 +197,7 @@ class StudentCredits:
             credits=cmd.credits,
             replaces=cmd.replaces,
         )
-        new = new.model_copy(update={"courses": {**new.courses, rid: credits}})
+        new = checked_copy(new, {"courses": {**new.courses, rid: credits}})
         fact = e.CreditsHeld(
             **totals(new), reservation_id=rid, course_id=cmd.course_id, held=needed
         )
@@ -211,7 +212,7 @@ class StudentCredits:
             )
             return Decision(state, send=reply(ctx, refused))
         credits, new = state.courses[rid], state
-        courses = {**state.courses, rid: credits.model_copy(update={"replaces": None})}
+        courses = {**state.courses, rid: checked_copy(credits, {"replaces": None})}
         if credits.replaces is not None and credits.replaces in state.committed:
             # The old reservation's credits come back first: the new ones may be fewer.
             new, _ = new.release(credits.replaces, ctx.now, self.keep, "replaced by a transfer")
@@ -220,7 +221,7 @@ class StudentCredits:
         # (no saga flow does), its credits must not take the student past max_credits.
         amount = min(credits.credits, new.holds[rid].amount + new.available)
         new, _ = new.commit(rid, ctx.now, self.keep, keep_open=True, amount=amount)
-        new = new.model_copy(update={"courses": courses})
+        new = checked_copy(new, {"courses": courses})
         fact = e.CreditsConfirmed(**totals(new), reservation_id=rid, course_id=credits.course_id)
         return Decision(new, send=reply(ctx, fact), events=(fact,))
 
@@ -231,7 +232,7 @@ class StudentCredits:
             return Decision(new)
         credits = state.courses[rid]
         courses = {r: c for r, c in new.courses.items() if r != rid}
-        new = new.model_copy(update={"courses": courses})
+        new = checked_copy(new, {"courses": courses})
         fact = e.CreditsReleased(
             **totals(new),
             reservation_id=rid,

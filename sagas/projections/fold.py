@@ -28,6 +28,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from sagas.machinery.frozen import checked_copy
 from sagas.messages import Envelope, Message
 from sagas.projections.declare import (
     Constant,
@@ -91,7 +92,7 @@ def _plan(model: ReadModel[R], kind: type[Message], readable: dict[Value, str]) 
     def update(row: R | None, event: Envelope, message: Message) -> R | None:
         if row is None or changed.empty:
             return row  # e.g. a cancel that overtook its order: no row to show it on
-        return row.model_copy(update=changed.values(row, event, message))
+        return checked_copy(row, changed.values(row, event, message))
 
     return update
 

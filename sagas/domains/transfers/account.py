@@ -19,6 +19,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from sagas.domains.transfers import contracts as t
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.process import Context, Decision
 from sagas.machinery.reservations import DEFAULT_RETENTION, Outcome, Reservations, Retention
 from sagas.machinery.step import reply
@@ -45,7 +46,7 @@ class AccountState(BaseModel):
 
     def but(self, funds: Reservations[Decimal], **incoming: Decimal | None) -> AccountState:
         kept = {k: v for k, v in {**self.incoming, **incoming}.items() if v is not None}
-        return self.model_copy(update={"funds": funds, "incoming": kept})
+        return checked_copy(self, {"funds": funds, "incoming": kept})
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Account:
                 )
                 return _told(opened, t.AccountOpened(**opened.totals()), ctx)
             case t.CloseAccount() if state.open:
-                closed = state.model_copy(update={"open": False})
+                closed = checked_copy(state, {"open": False})
                 return _told(closed, t.AccountClosed(**closed.totals()), ctx)
             case t.OpenAccount() | t.CloseAccount():
                 fact = (t.AccountOpened if state.open else t.AccountClosed)(**state.totals())
@@ -102,7 +103,7 @@ class Account:
                 committed, out = funds.commit(rid, now, keep)
                 credit = state.incoming.get(rid) if not out.repeat else None
                 if credit is not None:
-                    committed = committed.model_copy(update={"on_hand": committed.on_hand + credit})
+                    committed = checked_copy(committed, {"on_hand": committed.on_hand + credit})
                 return _answer(state.but(committed, **{rid: None}), out, ctx, credit)
             case t.Release():
                 rid = message.reservation_id
