@@ -27,11 +27,12 @@ answered ``unknown``; why ten minutes is safe for the participants here is argue
 :class:`Retention`.
 
 Totals: ``on_hand`` is what is not consumed (stock on hand, a balance, a capacity); a
-consuming commit takes the amount out of it and its refund puts it back;
-``available = on_hand - held - committed``. So for any sequence,
-``available + held + committed + consumed`` is what was put on hand (the conservation the
-unit tests check). A TTL is optional (``None``: a hold never expires by itself); the value
-reads no clock: ``now`` is passed in, and :meth:`Reservations.expire` closes what is due.
+consuming commit takes the amount out of it and its refund puts it back, and
+:meth:`Reservations.receive` puts more on hand (a credit); ``available = on_hand - held -
+committed``. So for any sequence, ``available + held + committed + consumed`` is what was
+put on hand (the conservation the unit tests check). A TTL is optional (``None``: a hold
+never expires by itself); the value reads no clock: ``now`` is passed in, and
+:meth:`Reservations.expire` closes what is due.
 """
 
 from __future__ import annotations
@@ -291,6 +292,13 @@ class Reservations(BaseModel, Generic[A]):
         if on_hand < self.held + self.committed_total:
             return None
         return checked_copy(self, {"on_hand": on_hand})
+
+    def receive(self, amount: A) -> Self:
+        """This value with ``amount`` more on hand (money credited, stock delivered): what is
+        available grows by it."""
+        if amount < 0:
+            raise ValueError(f"{amount} received: amounts are never negative")
+        return checked_copy(self, {"on_hand": self.on_hand + amount})
 
     def forget(self, now: datetime, keep: Retention) -> Self:
         """Drop the closed reservations past ``keep`` at ``now`` (every close does this too;

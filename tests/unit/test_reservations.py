@@ -251,3 +251,13 @@ def test_forgets_at_is_the_oldest_closing_plus_the_period():
     assert state.forgets_at(KEEP) == at(4) + KEEP.period
     assert "a" in state.forget(at(33), KEEP).closed
     assert "a" not in state.forget(at(35), KEEP).closed
+
+
+def test_receive_puts_more_on_hand_and_never_takes_any_off():
+    state, _ = Reservations[Decimal](on_hand=Decimal("5.00")).hold("a", Decimal(2), at(0), KEEP)
+    received = state.receive(Decimal("1.50"))
+    assert (received.on_hand, received.held, received.available) == (
+        Decimal("6.50"), Decimal(2), Decimal("4.50"),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="never negative"):
+        state.receive(Decimal(-1))

@@ -103,7 +103,7 @@ class Account:
                 committed, out = funds.commit(rid, now, keep)
                 credit = state.incoming.get(rid) if not out.repeat else None
                 if credit is not None:
-                    committed = checked_copy(committed, {"on_hand": committed.on_hand + credit})
+                    committed = committed.receive(credit)
                 return _answer(state.but(committed, **{rid: None}), out, ctx, credit)
             case t.Release():
                 rid = message.reservation_id
