@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
+from yarl import URL
 
 TESTED_FAUST = SpecifierSet(">=0.15.3,<0.16")
 """The faust-streaming versions every function below was checked against."""
@@ -53,13 +54,15 @@ require_tested_faust()
 # Faust is imported only once its version is known to be one these internals exist in.
 import faust  # noqa: E402
 import faust.streams  # noqa: E402
+from faust.exceptions import ImproperlyConfigured  # noqa: E402
 from faust.stores import STORES  # noqa: E402
 from faust.stores.memory import Store as MemoryStore  # noqa: E402
+from faust.stores.rocksdb import RocksDBOptions  # noqa: E402
 from faust.stores.rocksdb import Store as RocksDBStore  # noqa: E402
 from faust.streams import _current_event  # noqa: E402
 from faust.transport.consumer import Consumer  # noqa: E402
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
-from faust.types import TP  # noqa: E402
+from faust.types import TP, AppT, CollectionT  # noqa: E402
 from mode.services import WaitResults  # noqa: E402
 
 # --- the producer ---------------------------------------------------------------------------
@@ -244,6 +247,47 @@ def partition_stores(tables_dir: Path, table: str | None = None) -> Iterator[tup
         name, _, partition = path.name.removesuffix(".db").rpartition("-")
         if partition.isdigit() and table in (None, name):
             yield name, int(partition), path
+
+
+StoreOptions = RocksDBOptions
+"""Faust's options for one RocksDB (``faust.stores.rocksdb.RocksDBOptions``): the settings a
+table's ``options`` give (``max_open_files``, ``write_buffer_size``,
+``target_file_size_base``, ``max_write_buffer_number``, ``bloom_filter_size``...) and its
+``open``. On the rocksdict path Faust opens each database with the rocksdict ``Options``
+its ``as_options`` builds: a subclass that overrides it opens them otherwise."""
+
+StoreMisconfigured = ImproperlyConfigured
+"""What Faust raises for a store it cannot open as configured (``ImproperlyConfigured``)."""
+
+
+class RocksDictStore(RocksDBStore):
+    """Faust's RocksDB store on rocksdict, whose databases open with the options
+    :meth:`database_options` builds from the table's ``options``: Faust's
+    ``Store.__init__`` keeps those in ``self.options`` (less the keys it pops) and opens
+    every partition's database with ``self.rocksdb_options``, replaced here once it has
+    run."""
+
+    def __init__(
+        self,
+        url: str | URL,
+        app: AppT,
+        table: CollectionT,
+        *,
+        options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(url, app, table, options=options, **kwargs)
+        # Copied, not popped from: Faust's store pops from the table's own options dict,
+        # and a second store of the same table must find them there too.
+        opened_with = self.database_options(dict(self.options or {}))
+        if not is_rocksdict_store(self):
+            raise StoreMisconfigured(f"{self.url.scheme} runs on rocksdict only")
+        self.rocksdb_options = opened_with
+
+    def database_options(self, options: dict[str, Any]) -> StoreOptions:
+        """Override: the options every database of this store opens with, from the table's
+        ``options``; raise :data:`StoreMisconfigured` for options it cannot open with."""
+        raise NotImplementedError
 
 
 def register_store(scheme: str, path: str) -> None:

@@ -1,10 +1,10 @@
 """One memory budget for every RocksDB the worker process opens.
 
-Faust opens one RocksDB per table and partition, and on the rocksdict path
-(``faust.stores.rocksdb.RocksDBOptions.as_options``) gives each its own memtables and a new
-block cache of its own: the bound is tables x partitions x (memtables + cache), 768 MiB for
-48 databases at the old defaults, and a worker's RSS climbs towards it for hours
-(BENCHMARKS.md, "Worker memory over a 30-minute soak"). Faust ignores any other RocksDB
+Faust opens one RocksDB per table and partition, and on the rocksdict path (its RocksDB
+options' ``as_options``) gives each its own memtables and a new block cache of its own: the
+bound is tables x partitions x (memtables + cache), 768 MiB for 48 databases at the old
+defaults, and a worker's RSS climbs towards it for hours (BENCHMARKS.md, "Worker memory
+over a 30-minute soak"). Faust ignores any other RocksDB
 option passed through a table's ``options`` on that path, so the budget needs this store.
 
 A :class:`MemoryBudget` is one ``rocksdict.Cache`` and one ``WriteBufferManager`` charged to
@@ -26,16 +26,16 @@ an 8 MiB budget reached ~27 MiB.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import rocksdict
-from faust.exceptions import ImproperlyConfigured
-from faust.stores.rocksdb import RocksDBOptions, Store
-from faust.types import AppT, CollectionT
-from yarl import URL
 
-from services.worker.faust_seam import is_rocksdict_store, register_store
+from services.worker.faust_seam import (
+    RocksDictStore,
+    StoreMisconfigured,
+    StoreOptions,
+    register_store,
+)
 
 STORE_SCHEME = "sagaline-rocksdb"
 BUDGET_OPTION = "memory_budget"
@@ -69,7 +69,7 @@ class MemoryBudget:
         )
 
 
-class BudgetedRocksDBOptions(RocksDBOptions):
+class BudgetedRocksDBOptions(StoreOptions):
     """Faust's options for one database, opened inside ``budget`` instead of with a cache of
     its own. Faust's ``open`` (read-write, TTL) is kept; only the options differ."""
 
@@ -101,30 +101,16 @@ class BudgetedRocksDBOptions(RocksDBOptions):
         return options
 
 
-class BudgetedStore(Store):
+class BudgetedStore(RocksDictStore):
     """Faust's RocksDB store, every database of it opened inside the table's
     ``options[BUDGET_OPTION]``. Use it with ``app.Table(name, store=store_url(name),
     options={BUDGET_OPTION: budget, ...})``, the same budget for every table."""
 
-    def __init__(
-        self,
-        url: str | URL,
-        app: AppT,
-        table: CollectionT,
-        *,
-        options: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(url, app, table, options=options, **kwargs)
-        # Read, not popped: Faust's store pops from the table's own options dict, and a
-        # second store of the same table must find the budget there too.
-        rest = dict(self.options or {})
-        budget = rest.pop(BUDGET_OPTION, None)
+    def database_options(self, options: dict[str, Any]) -> BudgetedRocksDBOptions:
+        budget = options.pop(BUDGET_OPTION, None)
         if not isinstance(budget, MemoryBudget):
-            raise ImproperlyConfigured(f"{STORE_SCHEME} needs options[{BUDGET_OPTION!r}]")
-        if not is_rocksdict_store(self):
-            raise ImproperlyConfigured(f"{STORE_SCHEME} runs on rocksdict only")
-        self.rocksdb_options = BudgetedRocksDBOptions(budget, **rest, use_rocksdict=True)
+            raise StoreMisconfigured(f"{STORE_SCHEME} needs options[{BUDGET_OPTION!r}]")
+        return BudgetedRocksDBOptions(budget, **options, use_rocksdict=True)
 
 
 register_store(STORE_SCHEME, f"{__name__}:{BudgetedStore.__name__}")

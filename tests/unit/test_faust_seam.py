@@ -1,6 +1,7 @@
 """The worker runs only on a faust-streaming its Faust internals were checked against
 (services/worker/faust_seam.py), and says so in a sentence when it will not."""
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,31 @@ def test_the_installed_faust_is_tested_and_the_worker_is_assembled_on_it(tmp_pat
     assert runner.name == "inventory"
     topics = {topic for agent in app.agents.values() for topic in agent.channel.topics}
     assert settings.topic("inventory") in topics
+
+
+PUBLIC_FAUST = {"faust", "faust.types"}
+"""What modules outside the seam may import of Faust: its documented API."""
+
+
+def test_only_the_seam_imports_faust_s_internals() -> None:
+    root = Path(__file__).resolve().parents[2]
+    seam = root / "services" / "worker" / "faust_seam.py"
+    reaches = [
+        f"{path.relative_to(root)}: {module}"
+        for package in ("services", "sagaline", "runtime", "faults")
+        for path in sorted((root / package).rglob("*.py"))
+        if path != seam
+        for module in _imported(path)
+        if module.split(".")[0] in ("faust", "mode") and module not in PUBLIC_FAUST
+    ]
+    assert reaches == []
+
+
+def _imported(path: Path) -> list[str]:
+    modules: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.append(node.module)
+    return modules
