@@ -16,11 +16,17 @@ deadlines the replay holds, which is when the worker fired them.
 
 Deadlines live in the worker's table, not on a topic, so the recorded run's deadlines are
 known only by replaying it: given a ``baseline`` (the definition that ran, with the settings
-it ran with), the replay steps it beside the candidate, compares the deadlines each decision
-sets, and fires a candidate's deadline that the baseline does not hold at its own time, as
-the worker's timer would have (a recorded tick fires only the deadlines the recorded run
-had). Without a baseline the candidate is taken to set the recorded deadlines, and its
-deadlines fire on the recorded ticks only.
+it ran with), the replay steps it beside the candidate and fires a candidate's deadline that
+the baseline does not hold at its own time, as the worker's timer would have (a recorded
+tick fires only the deadlines the recorded run had). Without a baseline the candidate is
+taken to set the recorded deadlines, and its deadlines fire on the recorded ticks only.
+
+A deadline the candidate sets otherwise is not a divergence by itself, as no other part of
+its state is: what it changes is decided when it fires (its own tick's messages, which no
+recorded decision sent) or when it no longer fires (a recorded deadline decision the replay
+never makes). So a shorter step timeout diverges on exactly the sagas whose step took
+longer, at their timeout, not on every saga that set a step deadline; how many keys set
+their deadlines otherwise is counted (``KeyReplay.deadlines_otherwise``), for the report.
 
 A key whose history is partly past retention cannot be replayed from its initial state:
 its first recorded fact is not its first (a sequence above 1), or its partition lost
@@ -133,6 +139,9 @@ class KeyReplay:
     not_replayable: str | None = None
     dead_lettered: int = 0
     """Inputs the worker dead-lettered: stepped by neither run, not compared."""
+    deadlines_otherwise: int = 0
+    """Decisions after which the candidate's deadlines newly differed from the baseline's
+    (none without a baseline): a difference only where one fires, or no longer fires."""
     status_before: str = "-"
     """The final status the recorded run reached (its baseline's; the candidate's when
     there is no baseline)."""
@@ -330,8 +339,10 @@ class _Run:
         deadlines: list[str],
     ) -> None:
         """Compare each of the decision's ``causes``; ``deadlines``: how the candidate's
-        deadlines differed from the baseline's before it (only a new difference counts)."""
+        deadlines differed from the baseline's before it (a new difference is counted)."""
         self.timeline.append((now, status))
+        if any(d not in deadlines for d in self._deadline_diff()):
+            self.report.deadlines_otherwise += 1
         for cause in causes:
             if cause in self.consumed:
                 continue  # a redelivered input: the recorded decision is compared already
@@ -345,7 +356,6 @@ class _Run:
             if error is not None:
                 found.insert(0, error)
                 error = None
-            found += [d for d in self._deadline_diff() if d not in deadlines]
             if found:
                 what = envelope.type if cause == envelope.message_id else "deadline"
                 shown = _commands_first(unique(recorded))

@@ -42,6 +42,9 @@ class Summary:
     unattributed: int
     dead_lettered: int = 0
     """Inputs the worker dead-lettered: applied by neither run, not compared."""
+    deadlines_otherwise: int = 0
+    """Keys whose candidate set its deadlines otherwise than the baseline (not a divergence
+    by itself: one that fired, or no longer fired, diverges where it did)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -70,6 +73,7 @@ class Summary:
             "ended_differently_keys": self.ended_keys,
             "unattributed_deadline_decisions": self.unattributed,
             "dead_lettered_inputs": self.dead_lettered,
+            "deadlines_set_otherwise": self.deadlines_otherwise,
             "notes": self.notes,
         }
 
@@ -108,6 +112,7 @@ def summarize(replay: Replay, compared_with_baseline: bool) -> Summary:
         ended_keys=dict(ended_keys) if compared_with_baseline else {},
         unattributed=replay.unattributed,
         dead_lettered=sum(k.dead_lettered for k in replay.keys),
+        deadlines_otherwise=sum(1 for k in replay.keys if k.deadlines_otherwise),
     )
 
 
@@ -127,6 +132,12 @@ def render(summary: Summary) -> str:
     if summary.ended is not None:
         lines += ["", f"would have ended differently: {sum(summary.ended.values())}"]
         lines += [f"  {change}: {n}" for change, n in sorted(summary.ended.items())]
+    if summary.deadlines_otherwise:
+        lines.append(
+            f"keys whose deadlines the candidate set otherwise (a divergence only where one "
+            f"fired, or no longer fired, before the end of the recording): "
+            f"{summary.deadlines_otherwise}"
+        )
     if summary.not_replayable:
         lines += ["", f"not replayable: {len(summary.not_replayable)}"]
         reasons = Counter(_reason_kind(r) for r in summary.not_replayable.values())

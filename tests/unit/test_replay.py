@@ -154,18 +154,28 @@ def test_a_skipped_compensation_diverges_on_exactly_the_sagas_that_compensated()
     assert all(kind.startswith("missing ") for kind in found.values())
 
 
-def test_a_shorter_step_timeout_says_which_sagas_would_have_ended_otherwise() -> None:
+def test_a_shorter_step_timeout_diverges_on_exactly_the_sagas_whose_step_took_longer() -> None:
     bus = traffic()
     shorter = OrderSaga(step_timeout=timedelta(seconds=10))
     replay = run(bus, definitions(saga=shorter), definitions())
+    # slow-1 waited 20 s for its payment (it confirmed), late-1 timed out after 30 s; every
+    # other order's steps took no time on the bus: only those two would have timed out
+    assert set(diverging(replay)) == {("order-saga", "slow-1"), ("order-saga", "late-1")}
+    for key in ("slow-1", "late-1"):
+        first = next(k.first for k in replay.keys if k.key == key and k.channel == "order-saga")
+        assert first is not None and first.what == "deadline"
+        assert first.at == at(10) and first.recorded == ()
+        said = [s.envelope.payload for s in first.replayed if s.channel == "events"]
+        assert said == [{"status": "CANCELLED", "reason": "timeout"}]
     ended = {
         k.key: (k.status_before, k.status_after)
         for k in replay.keys
         if k.channel == "order-saga" and k.status_before != k.status_after
     }
     assert ended == {"slow-1": ("CONFIRMED", "CANCELLED")}
-    slow = next(k for k in replay.keys if k.key == "slow-1" and k.channel == "order-saga")
-    assert slow.first is not None and slow.first.kind == "deadline step earlier"
+    # every order that waited on a step set its deadline otherwise: not a divergence
+    waited = {k.key for k in replay.keys if k.channel == "order-saga" and k.deadlines_otherwise}
+    assert waited == {e.key for c, e in bus.delivered if e.type == oc.PlaceOrder.TYPE}
 
 
 def test_a_key_whose_start_is_past_retention_is_not_replayable_and_says_why() -> None:

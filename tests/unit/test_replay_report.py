@@ -4,12 +4,15 @@ command line chooses, and the report it prints."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
 from runtime.settings import Settings
 from sagaline.wiring import build_processes
+from sagas.contracts import orders as oc
+from sagas.definitions.order_saga import OrderSaga
 from sagas.machinery.replay import Candidate, replay_all
 from services.replay.candidates import CandidateError, changed_settings, choose
 from services.replay.history import Raw, assemble
@@ -90,3 +93,19 @@ def test_keys_not_replayable_are_counted_with_why_never_dropped() -> None:
     assert list(summary.not_replayable) == ["order-saga/ok-2"]
     assert summary.replayed == len(histories) - 1 == summary.identical
     assert "1 x its first recorded fact is number N" in render(summary)
+
+
+def test_a_shorter_timeout_reports_its_timeouts_and_counts_the_deadlines_set_otherwise() -> None:
+    bus = traffic()
+    shorter = OrderSaga(step_timeout=timedelta(seconds=10))
+    summary = summarize(run(bus, definitions(saga=shorter), definitions()), True)
+    lines = render(summary).splitlines()
+    groups = [line for line in lines if line.startswith("order-saga  in ")]
+    assert groups == ["order-saga  in AUTHORIZING  extra ledger.Cancel  x2"], groups
+    assert lines[lines.index("would have ended differently: 1") + 1 :][:1] == [
+        "  order-saga: CONFIRMED -> CANCELLED: 1"
+    ]
+    placed = {e.key for _, e in bus.delivered if e.type == oc.PlaceOrder.TYPE}
+    assert summary.deadlines_otherwise == len(placed)
+    assert summary.to_json()["deadlines_set_otherwise"] == len(placed)
+    assert any(line.endswith(f"before the end of the recording): {len(placed)}") for line in lines)
