@@ -5,7 +5,6 @@ told through the REST API and read back from it."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
@@ -14,6 +13,7 @@ from typing import Any, cast
 import click
 import httpx
 
+from runtime.edges import edge_module
 from runtime.settings import Settings
 from sagas.domains import DOMAINS
 from sagas.machinery.domain import Domain
@@ -69,15 +69,7 @@ async def run_demo(
 def story_of(domain: Domain[Any], name: str) -> Story:
     """The ``story`` coroutine of the module a domain names as its demo; a ValueError names
     the domain and what is missing."""
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not name.startswith(exc.name):
-            raise  # the module exists and fails an import of its own
-        raise ValueError(
-            f"domain {domain.name!r} names demo module {name!r}, which does not exist"
-        ) from exc
-    story = getattr(module, "story", None)
+    story = getattr(edge_module(domain, name, "demo"), "story", None)
     if not inspect.iscoroutinefunction(story):
         raise ValueError(
             f"domain {domain.name!r}: its demo module {name!r} must export story, a "

@@ -9,7 +9,6 @@ metrics, health, the console) are the app's own.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -17,6 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from runtime.edges import edge_module
 from sagas.domains import DOMAINS
 from sagas.machinery.domain import Domain
 
@@ -42,14 +42,7 @@ def domain_routers(domains: Sequence[Domain[Any]] = DOMAINS) -> DomainRouters:
 
 
 def _routers_of(domain: Domain[Any], name: str) -> DomainRouters:
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not name.startswith(exc.name):
-            raise  # the module exists and fails an import of its own
-        raise ValueError(
-            f"domain {domain.name!r} names API module {name!r}, which does not exist"
-        ) from exc
+    module = edge_module(domain, name, "API")
     commands, queries = (_routers(domain, module, export) for export in EXPORTS[:2])
     tags = getattr(module, "TAGS", None)
     declared = {t.get("name") for t in tags} if isinstance(tags, tuple) else set()
