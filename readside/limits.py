@@ -23,6 +23,7 @@ from sqlalchemy import String
 from readside import codec, schema
 from sagas.catalog import model_for
 from sagas.ids import is_external_command_id
+from sagas.machinery.versions import FIRST
 from sagas.messages import Envelope, Message
 from sagas.projections.declare import (
     Column,
@@ -30,6 +31,7 @@ from sagas.projections.declare import (
     EntityId,
     Integer,
     Latest,
+    LatestVersion,
     Money,
     OrElse,
     ReadModel,
@@ -91,6 +93,8 @@ def _event_values(value: Value, event: Envelope, message: Message | None) -> Ite
     match value:
         case EntityId():
             yield entity_id(event)
+        case LatestVersion():
+            yield event.version or FIRST
         case Latest(of=of, field=name) if isinstance(message, of):
             yield getattr(message, name)
         case Difference(left=Latest(of=a, field=x), right=Latest(of=b, field=y)) if isinstance(

@@ -92,7 +92,11 @@ ENVELOPE_FIELDS: tuple[str, ...] = tuple(Envelope.model_fields)
 """The envelope's fields in the order ``Envelope.encode`` writes them."""
 assert ENVELOPE_FIELDS[-1] == "payload", "the canonical-text check relies on payload last"
 
-_ENVELOPE_TYPES: dict[str, DataType] = {"schema_version": LongType(), "sequence": LongType()}
+_ENVELOPE_TYPES: dict[str, DataType] = {
+    "schema_version": LongType(),
+    "sequence": LongType(),
+    "version": LongType(),
+}
 
 
 def envelope_schema() -> StructType:

@@ -31,6 +31,7 @@ from sagas.projections.declare import (
     Integer,
     Kind,
     Latest,
+    LatestVersion,
     Money,
     OrElse,
     ReadModel,
@@ -86,6 +87,8 @@ def _event_values(value: Value) -> Iterator[tuple[Column, Column]]:
     match value:
         case EntityId():
             yield F.lit(True), entity_id(F.col("e_key"))
+        case LatestVersion():
+            yield F.lit(True), F.col("e_version")
         case Latest(of=of, field=name):
             for types, field in _typed(_native(of), name):
                 yield F.col("e_type").isin(*types), field

@@ -4,8 +4,9 @@
 Over an entity's applied events of known types (the projector folds by the key's prefix,
 so the entity type is that prefix): the row starts at the latest event of the model's
 ``starts`` type (none: no row); a ``Latest``/``LatestTime``/``LatestSequence`` column is
-read from the latest event of its type over the whole stream, and counts only when that
-event is at or after the start (otherwise there is none since the start). One aggregate
+read from the latest event of its type (``LatestVersion``: of any type) over the whole
+stream, and counts only when that event is at or after the start (otherwise there is none
+since the start). One aggregate
 per event type a column reads, one group-by per model; no window, no sort.
 
 Output columns are named, ordered and typed like the model's SQL table
@@ -26,6 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
+from sagas.machinery.versions import FIRST
 from sagas.messages import Message
 from sagas.projections.declare import (
     Constant,
@@ -37,6 +39,7 @@ from sagas.projections.declare import (
     Latest,
     LatestSequence,
     LatestTime,
+    LatestVersion,
     Money,
     OrElse,
     ReadModel,
@@ -72,7 +75,7 @@ class _Source:
     def aggregate(self) -> Column:
         matches = self.is_of()
         payload = [contract.read(F.col("p"), f, dtype).alias(f) for f, dtype in self.fields]
-        latest = F.struct(F.col("sequence"), F.col("occurred_at"), *payload)
+        latest = F.struct(F.col("sequence"), F.col("occurred_at"), F.col("version"), *payload)
         return F.max_by(F.when(matches, latest), F.when(matches, F.col("sequence"))).alias(
             self.alias
         )
@@ -120,6 +123,8 @@ def _sources(model: ReadModel[Any]) -> dict[type[Message] | None, _Source]:
                         wanted.append((name, dtype))
                 case LatestTime(of=of) | LatestSequence(of=of):
                     fields.setdefault(of, [])
+                case LatestVersion():
+                    fields.setdefault(None, [])
     return {of: _Source(of, f"_latest{i}", tuple(f)) for i, (of, f) in enumerate(fields.items())}
 
 
@@ -160,6 +165,8 @@ def _value(value: Value, sources: dict[type[Message] | None, _Source]) -> Column
             return F.col(sources[of].alias)["occurred_at"]
         case LatestSequence(of=of):
             return F.col(sources[of].alias)["sequence"]
+        case LatestVersion():
+            return F.coalesce(F.col(sources[None].alias)["version"], F.lit(FIRST))
         case Difference(left=left, right=right):
             # Null rather than an error (ANSI mode) where two longs' difference overflows.
             return F.try_subtract(_value(left, sources), _value(right, sources))

@@ -189,7 +189,7 @@ def _apply(
     sequence = record.sequence
     for i, event in enumerate(decision.events):
         sequence += 1
-        outbound.append(_event(process, event, ctx, i, sequence))
+        outbound.append(_event(process, event, ctx, i, sequence, record.version))
     new = checked_copy(
         record,
         {
@@ -218,8 +218,15 @@ def _command(command: Command, ctx: Context, index: int) -> Outbound:
 
 
 def _event(
-    process: Process[Any], event: Message | Fact, ctx: Context, index: int, sequence: int
+    process: Process[Any],
+    event: Message | Fact,
+    ctx: Context,
+    index: int,
+    sequence: int,
+    version: int | None,
 ) -> Outbound:
+    """A fact on the domain-event topic, stamped with the version of the instance that
+    publishes it (its record's: None for an unversioned definition, which leaves it out)."""
     message = event.message if isinstance(event, Fact) else event
     saga_id = event.saga_id if isinstance(event, Fact) else ctx.saga_id
     envelope = Envelope.wrap(
@@ -231,6 +238,7 @@ def _event(
         causation_id=ctx.cause_id,
         entity_type=process.entity_type,
         sequence=sequence,
+        version=version,
     )
     return Outbound(EVENTS_CHANNEL, envelope)
 

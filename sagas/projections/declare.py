@@ -97,6 +97,13 @@ class LatestSequence:
 
 
 @dataclass(frozen=True)
+class LatestVersion:
+    """The version of the definition whose instance published the latest event (since the
+    start) of any type this projector knows: its envelope's ``version``, and version 1
+    (:data:`~sagas.machinery.versions.FIRST`) for an event without one."""
+
+
+@dataclass(frozen=True)
 class Difference:
     left: Latest
     right: Latest
@@ -115,7 +122,9 @@ class Constant:
     value: str | int
 
 
-Value = EntityId | Latest | LatestTime | LatestSequence | Difference | OrElse | Constant
+Value = (
+    EntityId | Latest | LatestTime | LatestSequence | LatestVersion | Difference | OrElse | Constant
+)
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,16 @@ class Column:
     """How the column follows from the entity's events (the native twin's part)."""
     nullable: bool = False
     comment: str | None = None
+
+
+SAGA_VERSION = Column(
+    "version",
+    Integer(),
+    LatestVersion(),
+    comment="the version of the saga definition it runs on (1 for a saga from before versions)",
+)
+"""A saga model's version column (:attr:`SagaType.version_column`): declared by this one
+name in each saga's model."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +231,8 @@ class SagaType:
     reason_column: str = "reason"
     updated_column: str = "updated_at"
     """When the row last changed: lists of sagas (the console's failures) are newest first."""
+    version_column: str = "version"
+    """The version of the definition the saga runs on (a :class:`LatestVersion` column)."""
 
     def key(self, saga_id: str) -> str:
         """The entity key of the saga's own stream (``order:o-1``)."""
@@ -231,6 +252,12 @@ class SagaType:
         self.model.column(self.status_column)
         self.model.column(self.reason_column)
         self.model.column(self.updated_column)
+        names = {c.name: c.value for c in self.model.columns}
+        if names.get(self.version_column) != LatestVersion():
+            raise ValueError(
+                f"saga {self.entity_type}: its model {self.model.name} declares no column "
+                f"{self.version_column!r} of value LatestVersion() (the version it runs on)"
+            )
         start = self.statuses.start
         if start is not None and start is not self.model.starts:
             # The row that shows the first status is the one its start fact begins.

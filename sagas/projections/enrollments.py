@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from sagas.contracts import enrollment as e
+from sagas.machinery.versions import FIRST
 from sagas.projections.declare import (
+    SAGA_VERSION,
     Column,
     Constant,
     EntityId,
@@ -32,6 +34,7 @@ class EnrollmentRow(Row):
     created_at: datetime
     updated_at: datetime
     last_sequence: int
+    version: int = FIRST
 
 
 _REQUESTED, _CHANGED = e.EnrollmentRequested, e.EnrollmentStatusChanged
@@ -63,6 +66,7 @@ ENROLLMENTS: ReadModel[EnrollmentRow] = ReadModel(
         Column("created_at", Timestamp(), LatestTime(_REQUESTED)),
         Column("updated_at", Timestamp(), OrElse(LatestTime(_CHANGED), LatestTime(_REQUESTED))),
         Column("last_sequence", Integer(), LatestSequence()),
+        SAGA_VERSION,
     ),
     # A student's and a course's enrollments, newest first.
     indexes=(
@@ -75,6 +79,10 @@ ENROLLMENTS: ReadModel[EnrollmentRow] = ReadModel(
         # The saga list and the overview, as for orders.
         Index("ix_enrollments_updated", ("updated_at", "enrollment_id")),
         Index("ix_enrollments_status_updated", ("status", "updated_at", "enrollment_id")),
+        # The list filtered by version (one range per status) and the counts per version.
+        Index(
+            "ix_enrollments_status_version", ("status", "version", "updated_at", "enrollment_id")
+        ),
     ),
 )
 

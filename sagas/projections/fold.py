@@ -29,6 +29,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from sagas.machinery.frozen import checked_copy
+from sagas.machinery.versions import FIRST
 from sagas.messages import Envelope, Message
 from sagas.projections.declare import (
     Constant,
@@ -37,6 +38,7 @@ from sagas.projections.declare import (
     Latest,
     LatestSequence,
     LatestTime,
+    LatestVersion,
     OrElse,
     ReadModel,
     Value,
@@ -101,10 +103,10 @@ def _plan(model: ReadModel[R], kind: type[Message], readable: dict[Value, str]) 
 
 Term = tuple[str, Any]
 """How a value is had: ``("const", v)``; ``("field", name)`` of the message; ``("time",
-None)``, the event's ``occurred_at``; ``("sequence", None)``; ``("id", None)``, the entity
-id; ``("row", column)``, before the event; or ``("compute", f)`` (a ``Compute``) for what
-reduces to none of these. The simple ones are read in a loop each, without a call: this
-is the projector's hot path."""
+None)``, the event's ``occurred_at``; ``("sequence", None)``; ``("version", None)``, the
+version that published it; ``("id", None)``, the entity id; ``("row", column)``, before
+the event; or ``("compute", f)`` (a ``Compute``) for what reduces to none of these. The
+simple ones are read in a loop each, without a call: this is the projector's hot path."""
 
 _NULL: Term = ("const", None)
 
@@ -118,6 +120,7 @@ class _Terms:
         self.fields = [(name, arg) for name, (how, arg) in terms if how == "field"]
         self.times = [name for name, (how, _) in terms if how == "time"]
         self.sequences = [name for name, (how, _) in terms if how == "sequence"]
+        self.versions = [name for name, (how, _) in terms if how == "version"]
         self.ids = [name for name, (how, _) in terms if how == "id"]
         self.rows = [(name, arg) for name, (how, arg) in terms if how == "row"]
         self.computes = [(name, arg) for name, (how, arg) in terms if how == "compute"]
@@ -130,6 +133,8 @@ class _Terms:
             values[name] = event.occurred_at
         for name in self.sequences:
             values[name] = event.sequence or 0
+        for name in self.versions:
+            values[name] = event.version or FIRST
         for name in self.ids:
             values[name] = entity_id(event)
         for name, column in self.rows:
@@ -148,6 +153,8 @@ def _source(value: Value, kind: type[Message]) -> Term | None:
             return ("time", None)
         case LatestSequence(of=of) if of is None or issubclass(kind, of):
             return ("sequence", None)
+        case LatestVersion():
+            return ("version", None)
     return None
 
 
@@ -234,7 +241,7 @@ def _or_else(first: Term, then: Term, kind: type[Message]) -> Term:
     if first == _NULL:
         return then
     how, arg = first
-    if how in ("time", "sequence", "id") or (how == "const" and arg is not None):
+    if how in ("time", "sequence", "version", "id") or (how == "const" and arg is not None):
         return first
     if (
         how == "field"
@@ -262,6 +269,8 @@ def _compute(term: Term) -> Compute:
             return lambda row, event, message: event.occurred_at
         case "sequence":
             return lambda row, event, message: event.sequence or 0
+        case "version":
+            return lambda row, event, message: event.version or FIRST
         case "id":
             return lambda row, event, message: entity_id(event)
         case "row":
@@ -288,6 +297,8 @@ def _check(model: ReadModel[Any], column: str, value: Value, readable: dict[Valu
             return False
         case Latest(of=of) | LatestTime(of=of) | LatestSequence(of=of):
             return of is None or not issubclass(of, model.starts)
+        case LatestVersion():
+            return True
         case Difference(left=left, right=right):
             left_moves = _check(model, column, left, readable)
             right_moves = _check(model, column, right, readable)

@@ -6,7 +6,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from sagas.contracts import orders
+from sagas.machinery.versions import FIRST
 from sagas.projections.declare import (
+    SAGA_VERSION,
     Column,
     Constant,
     EntityId,
@@ -36,6 +38,7 @@ class OrderRow(Row):
     created_at: datetime
     updated_at: datetime
     last_sequence: int
+    version: int = FIRST
 
 
 _PLACED, _CHANGED = orders.OrderPlaced, orders.OrderStatusChanged
@@ -57,6 +60,7 @@ ORDERS: ReadModel[OrderRow] = ReadModel(
         Column("created_at", Timestamp(), LatestTime(_PLACED)),
         Column("updated_at", Timestamp(), OrElse(LatestTime(_CHANGED), LatestTime(_PLACED))),
         Column("last_sequence", Integer(), LatestSequence()),
+        SAGA_VERSION,
     ),
     # The customer order history (a category projection across order streams) is served
     # from this index: a customer's orders, newest first.
@@ -71,6 +75,8 @@ ORDERS: ReadModel[OrderRow] = ReadModel(
         # counts per status and time window).
         Index("ix_orders_updated", ("updated_at", "order_id")),
         Index("ix_orders_status_updated", ("status", "updated_at", "order_id")),
+        # The list filtered by version (one range per status) and the counts per version.
+        Index("ix_orders_status_version", ("status", "version", "updated_at", "order_id")),
     ),
 )
 

@@ -16,6 +16,7 @@ import pytest
 from sagas.catalog import COURSE, ENROLLMENT_SAGA, READ_MODELS, STUDENT, model_for
 from sagas.contracts import enrollment as e
 from sagas.definitions.enrollment_saga import EnrollmentSaga
+from sagas.machinery.versions import FIRST
 from sagas.messages import Envelope, Message
 from sagas.participants.course import CourseSeats
 from sagas.participants.student import StudentCredits
@@ -26,6 +27,7 @@ from sagas.projections.declare import (
     Latest,
     LatestSequence,
     LatestTime,
+    LatestVersion,
     OrElse,
     ReadModel,
     Value,
@@ -68,6 +70,8 @@ def twin(model: ReadModel[Any], events: Iterable[Envelope]) -> dict[str, Any] | 
             case LatestSequence(of=of):
                 found = since[-1] if of is None else latest(of)
                 return None if found is None else found.sequence
+            case LatestVersion():
+                return since[-1].version or FIRST
             case Difference(left=left, right=right):
                 return value(left) - value(right)
             case OrElse(first=first, then=then):

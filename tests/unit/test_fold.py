@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sagas.contracts import ledger, orders
+from sagas.machinery.versions import FIRST
 from sagas.messages import Envelope, Message
 from sagas.projections.declare import (
     Column,
@@ -23,6 +24,7 @@ from sagas.projections.declare import (
     Latest,
     LatestSequence,
     LatestTime,
+    LatestVersion,
     OrElse,
     ReadModel,
     Text,
@@ -61,6 +63,8 @@ def over_the_whole_stream(model: ReadModel[Any], events: list[Envelope]) -> dict
             case LatestSequence(of=of):
                 found = latest(of)
                 return None if found is None else found.sequence
+            case LatestVersion():
+                return since[-1].version or FIRST
             case Difference(left=left, right=right):
                 a, b = value(left), value(right)
                 return None if a is None or b is None else a - b
@@ -203,6 +207,58 @@ def test_the_streams_cover_a_start_late_restarts_and_every_source_empty_and_set(
     for name in ("refused_held", "free_at_refusal", "last_release_or_refusal", "refused_at"):
         assert {r[name] is None for r in whole} == {True, False}, name
     assert {r["last_release"] for r in whole} >= {"none", "cancelled"}
+
+
+class VersionedSeatRow(SeatRow):
+    version: int
+
+
+VERSIONED_SEATS: ReadModel[VersionedSeatRow] = ReadModel(
+    name="versioned_seats",
+    entity_type="seat",
+    row_type=VersionedSeatRow,
+    key="seat_id",
+    starts=_OPENED,
+    columns=_seat_columns(
+        Column("kind", Text(10), Constant("seat")), Column("version", Integer(), LatestVersion())
+    ),
+)
+"""The seats with the version of the definition that published the latest event."""
+
+
+def _versioned_stream(seed: int, length: int) -> list[Envelope]:
+    """A stream whose events carry no version (version 1) or a version, at random."""
+    rng = random.Random(seed)
+    return [
+        e.model_copy(update={"version": rng.choice([None, None, 2, 3])})
+        for e in _stream(seed, length)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_version_folded_event_by_event_is_the_latest_event_s_and_1_without_one(
+    seed: int,
+) -> None:
+    events = _versioned_stream(seed, 12)
+    row: VersionedSeatRow | None = None
+    versions = set()
+    for upto, event in enumerate(events, start=1):
+        row = VERSIONED_SEATS.fold(row, event)
+        expected = over_the_whole_stream(VERSIONED_SEATS, events[:upto])
+        assert (None if row is None else dict(row)) == expected, f"after event {upto}"
+        if row is not None:
+            assert row.version == (event.version or FIRST)  # every event moves it
+            versions.add(row.version)
+    assert versions <= {1, 2, 3}
+
+
+def test_the_versioned_streams_show_every_version() -> None:
+    rows = [
+        over_the_whole_stream(VERSIONED_SEATS, _versioned_stream(seed, 12)[:n])
+        for seed in range(20)
+        for n in range(1, 13)
+    ]
+    assert {r["version"] for r in rows if r is not None} == {1, 2, 3}
 
 
 def test_a_restart_forgets_what_came_before_it() -> None:

@@ -18,9 +18,10 @@ from sagas.machinery.record import Record
 from sagas.machinery.step import step
 from sagas.machinery.versions import VersionGone, Versions, in_flight
 from sagas.messages import Envelope
+from sagas.projections.orders import ORDERS, OrderRow
 from services.inflight import count, latest
 
-from .helpers import Driver, at, envelope, events
+from .helpers import Driver, at, envelope, event_envelopes, events
 from .versions_example import OrderSagaV2, OrderSagaV3, OrderStateV3, domain, upgrade_from_1
 
 pytestmark = pytest.mark.unit
@@ -169,3 +170,64 @@ def test_the_versions_command_says_which_older_version_can_go() -> None:
         "  version 1: none in flight: it can be deleted",
         "  version 2: 1 in flight (new instances start here)",
     ]
+
+
+# --- the version reaches the read side: every fact carries its instance's version -------
+
+
+def facts_of(driver: Driver, *inputs: Envelope) -> list[Envelope]:
+    """The facts ``driver``'s key publishes on ``inputs``, in order."""
+    return [e for env in inputs for e in event_envelopes(driver(env).outbound)]
+
+
+def test_an_unversioned_definition_s_facts_carry_no_version_and_keep_their_bytes() -> None:
+    driver = Driver(OrderSaga())
+    facts = facts_of(driver, placed("o-1"), oc_reserved("o-1"), cancel("o-1"))
+    assert [e.type for e in facts] == ["order.Placed", "order.StatusChanged", "order.StatusChanged"]
+    assert all(e.version is None and b'"version"' not in e.encode() for e in facts)
+
+
+def test_a_new_instance_s_facts_carry_the_newest_version_and_an_old_one_s_carry_none() -> None:
+    process = both(OrderSagaV2, OrderSaga)
+    old = authorizing(OrderSaga(), "o-1")
+    old.process = process
+    new = Driver(process)
+    old_facts = facts_of(old, cancel("o-1"))
+    new_facts = facts_of(new, placed("o-2"), oc_reserved("o-2"), cancel("o-2"))
+    # the old order (its record holds no version) publishes as version 1 always did
+    assert old_facts and all(e.version is None for e in old_facts)
+    # every fact of the new one, its start, its steps and its refusal, says version 2
+    assert [e.type for e in new_facts] == [
+        "order.Placed",
+        "order.StatusChanged",
+        "order.CancelRefused",
+    ]
+    assert all(e.version == 2 and b'"version":2' in e.encode() for e in new_facts)
+    assert all(Envelope.decode(e.encode()) == e for e in new_facts)
+
+
+def test_an_upgraded_instance_s_facts_carry_the_version_it_now_runs_on() -> None:
+    old = authorizing(OrderSaga(), "o-1")
+    old.process = both(OrderSagaV3, OrderSaga)
+    facts = facts_of(old, cancel("o-1"))
+    assert facts and all(e.version == 3 for e in facts)
+
+
+def test_the_saga_s_row_shows_the_version_its_facts_carry_and_1_for_facts_without() -> None:
+    def row_of(facts: list[Envelope]) -> OrderRow | None:
+        row: OrderRow | None = None
+        for fact in facts:
+            row = ORDERS.fold(row, fact)
+        return row
+
+    process = both(OrderSagaV3, OrderSaga)
+    before = Driver(OrderSaga())
+    first = facts_of(before, placed("o-1"), oc_reserved("o-1"))
+    unversioned = row_of(first)
+    assert unversioned is not None and unversioned.version == 1
+    before.process = process  # upgraded to version 3 at its next message, whose rules
+    upgraded = row_of(first + facts_of(before, cancel("o-1")))  # refuse the cancel
+    assert upgraded is not None and (upgraded.status, upgraded.version) == ("AUTHORIZING", 3)
+    new = Driver(process)
+    started = row_of(facts_of(new, placed("o-2")))
+    assert started is not None and (started.status, started.version) == ("PENDING", 3)

@@ -6,7 +6,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from sagas.domains.transfers import contracts as t
+from sagas.machinery.versions import FIRST
 from sagas.projections.declare import (
+    SAGA_VERSION,
     Column,
     Constant,
     EntityId,
@@ -34,6 +36,7 @@ class TransferRow(Row):
     created_at: datetime
     updated_at: datetime
     last_sequence: int
+    version: int = FIRST
 
 
 class AccountRow(Row):
@@ -63,11 +66,14 @@ TRANSFERS: ReadModel[TransferRow] = ReadModel(
         Column("created_at", Timestamp(), LatestTime(_REQUESTED)),
         Column("updated_at", Timestamp(), OrElse(LatestTime(_CHANGED), LatestTime(_REQUESTED))),
         Column("last_sequence", Integer(), LatestSequence()),
+        SAGA_VERSION,
     ),
     indexes=(
         # The saga list (console, GET /sagas): newest change first, by status too.
         Index("ix_transfers_updated", ("updated_at", "transfer_id")),
         Index("ix_transfers_status_updated", ("status", "updated_at", "transfer_id")),
+        # The list filtered by version (one range per status) and the counts per version.
+        Index("ix_transfers_status_version", ("status", "version", "updated_at", "transfer_id")),
         Index(
             "ix_transfers_source", ("source", "created_at"), descending=frozenset({"created_at"})
         ),
