@@ -397,6 +397,7 @@ _FILTERS = (
     ("saga-type", "Only sagas of this type (order, enrollment)"),
     ("status", "Only sagas in this status (the step they are at)"),
     ("outcome", "in_flight, stuck, finished, compensated or failed"),
+    ("version", "Only sagas on this version of their definition (1: from before versions)"),
     ("since", "Changed at or after this time (ISO 8601; UTC without a zone)"),
     ("until", "Changed before this time"),
     ("customer", "An order's customer id"),
@@ -443,7 +444,7 @@ def _read(query: Any, *args: Any) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document, as GET /sagas answers")
 def sagas_list(as_json: bool, **options: str | None) -> None:
     """A page of sagas, most recently changed first, filtered as the console's list
-    (/console/sagas) and GET /sagas are: id, type, status, outcome, changed, reason. The
+    (/console/sagas) and GET /sagas are: id, type, version, status, outcome, changed, reason. The
     next page's command is said after it."""
     import shlex
     from datetime import UTC, datetime
@@ -464,7 +465,7 @@ def sagas_list(as_json: bool, **options: str | None) -> None:
         stuck = s.outcome == "in_flight" and s.updated_at < page.stuck_before
         outcome = "stuck" if stuck else s.outcome
         click.echo(
-            f"{s.saga_id}  {s.saga_type:<10} {s.status:<12} {outcome:<11} "
+            f"{s.saga_id}  {s.saga_type:<10} v{s.version:<3} {s.status:<12} {outcome:<11} "
             f"{s.updated_at.isoformat(timespec='milliseconds')}  {s.reason or ''}".rstrip()
         )
     if not page.sagas:

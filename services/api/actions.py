@@ -93,6 +93,14 @@ class SagaFilterBody(BaseModel):
             description="in_flight, stuck, finished, compensated or failed (as GET /sagas)",
         ),
     ] = None
+    version: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=saga_list.MAX_VERSION,
+            description=saga_list.VERSION_FILTER,
+        ),
+    ] = None
     since: Annotated[
         Time, Field(description="Only sagas whose status changed at or after this")
     ] = None
@@ -116,7 +124,7 @@ class SagaFilterBody(BaseModel):
     def given(self) -> dict[str, str]:
         """As the saga list's parameters (text, by name)."""
         return {
-            name: value.isoformat() if isinstance(value, datetime) else value
+            name: value.isoformat() if isinstance(value, datetime) else str(value)
             for name, value in self
             if value is not None
         }

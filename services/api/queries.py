@@ -309,6 +309,14 @@ async def list_sagas(
             "(failed, nothing undone)",
         ),
     ] = None,
+    version: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=saga_list.MAX_VERSION,
+            description=saga_list.VERSION_FILTER,
+        ),
+    ] = None,
     since: Annotated[
         datetime | None, Query(description="Only sagas whose status changed at or after this")
     ] = None,
@@ -341,6 +349,7 @@ async def list_sagas(
         "saga_type": saga_type,
         "status": status,
         "outcome": outcome,
+        "version": None if version is None else str(version),
         "since": None if since is None else since.isoformat(),
         "until": None if until is None else until.isoformat(),
         "customer": customer,

@@ -15,9 +15,13 @@ settled: a step waits for an answer), ``finished`` (settled and not a failure: a
 in-flight sagas whose row has not changed for longer than a step's deadline
 (``SAGALINE_STEP_TIMEOUT_S``): their deadline passed and nothing moved them.
 
+**Versions.** Each saga's row holds the version of its definition it runs on (its model's
+``version`` column): the list filters by it and the overview counts each type per version.
+
 **Order and paging.** Newest change first: (updated_at, saga type, saga id), descending.
 A page asks each (saga type, status) the filter allows for ``limit + 1`` rows below the
-cursor, in that order (each an index range: (status, updated_at, key)), and merges them;
+cursor, in that order (each an index range: (status, updated_at, key), or (status, version,
+updated_at, key) for a version), and merges them;
 the cursor is the last row's sort key, so no saga is skipped or repeated across pages
 however many share an ``updated_at``. A saga whose row changes between two pages moves up
 the list: it may be missed by the later page or shown twice, as in any list of live rows.
@@ -46,6 +50,12 @@ OUTCOMES = ("in_flight", "stuck", "finished", "compensated", "failed")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_TEXT = 200
+MAX_VERSION = 2**31 - 1
+"""The largest version a saga model's ``version`` column (an INTEGER) holds."""
+VERSION_FILTER = (
+    "Only sagas that run on this version of their saga definition (1 for a saga from before "
+    "versions)"
+)
 PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
 WINDOWS = (("last hour", timedelta(hours=1)), ("last day", timedelta(days=1)))
 
@@ -85,6 +95,7 @@ PARAMETERS = (
     "saga_type",
     "status",
     "outcome",
+    "version",
     "since",
     "until",
     *ID_FILTERS,
@@ -166,6 +177,8 @@ class SagaFilter:
     saga_type: str | None = None
     status: str | None = None
     outcome: str | None = None
+    version: int | None = None
+    """The version of its definition the saga runs on (its model's ``version`` column)."""
     since: datetime | None = None
     until: datetime | None = None
     equals: Mapping[str, str] = field(default_factory=dict)
@@ -258,6 +271,7 @@ def parse(params: Mapping[str, str]) -> SagaFilter:
             )
         if outcome is not None and not any(status in statuses_of(s, outcome) for s in having):
             raise FilterError(f"The status {status} is never in the outcome {outcome}.")
+    version = _version(params)
     since, until = _time(params, "since"), _time(params, "until")
     if since is not None and until is not None and since >= until:
         raise FilterError("The time window is empty: “since” must be before “until”.")
@@ -270,7 +284,31 @@ def parse(params: Mapping[str, str]) -> SagaFilter:
             raise FilterError(f"The limit must be a whole number from 1 to {MAX_LIMIT}.")
         limit = int(text)
     given = {k: v.strip() for k, v in params.items() if v.strip() and k not in ("after",)}
-    return SagaFilter(kind, status, outcome, since, until, equals, touching, after, limit, given)
+    return SagaFilter(
+        saga_type=kind,
+        status=status,
+        outcome=outcome,
+        version=version,
+        since=since,
+        until=until,
+        equals=equals,
+        touching=touching,
+        after=after,
+        limit=limit,
+        given=given,
+    )
+
+
+def _version(params: Mapping[str, str]) -> int | None:
+    text = _text(params, "version")
+    if text is None:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= MAX_VERSION:
+        raise FilterError(
+            "The version is the version of a saga's definition, a whole number from 1 "
+            f"to {MAX_VERSION} (1 for a saga from before versions)."
+        )
+    return int(text)
 
 
 def _touching(params: Mapping[str, str]) -> str | None:
@@ -298,6 +336,8 @@ class ListedSaga:
     saga_id: str
     status: str
     outcome: str
+    version: int
+    """The version of its definition it runs on."""
     reason: str | None
     created_at: datetime | None
     updated_at: datetime
@@ -341,11 +381,15 @@ def list_sagas(
         if wanted.status is not None:
             statuses = [s for s in statuses if s == wanted.status]
         below = _below(saga, wanted.after)
-        for status in statuses if (wanted.status or wanted.outcome) else [None]:
+        # One stream per status when the filter names statuses or a version: each stream
+        # is then a range of the (status, updated_at, key) or (status, version, ...) index.
+        per_status = wanted.status or wanted.outcome or wanted.version is not None
+        for status in statuses if per_status else [None]:
             rows = queries.saga_rows(
                 conn,
                 saga,
                 status=status,
+                version=wanted.version,
                 limit=wanted.limit + 1,
                 since=wanted.since,
                 until=until,
@@ -398,6 +442,7 @@ def _listed(saga: SagaType, row: Any, compensated: bool) -> ListedSaga:
         saga_id=str(getattr(row, saga.model.key)),
         status=status,
         outcome=outcome_of(saga, status, compensated),
+        version=int(getattr(row, saga.version_column)),
         reason=getattr(row, saga.reason_column),
         created_at=getattr(row, "created_at", None),
         updated_at=getattr(row, saga.updated_column),
@@ -418,14 +463,27 @@ class WindowCounts:
 
 
 @dataclass(frozen=True)
-class TypeOverview:
-    saga_type: str
+class Counts:
     in_flight: int
     """In flight now, however long ago they started."""
     stuck: int
     by_status: dict[str, int]
     """In flight now, per status (the step each waits at)."""
     windows: list[WindowCounts]
+
+
+@dataclass(frozen=True)
+class VersionOverview(Counts):
+    """A saga type's counts among its sagas that run on one version of its definition."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class TypeOverview(Counts):
+    saga_type: str
+    versions: list[VersionOverview]
+    """The same counts per version (every version a saga of the type has now), oldest first."""
 
 
 @dataclass(frozen=True)
@@ -464,7 +522,6 @@ def overview(conn: Connection, now: datetime, step_timeout_s: float) -> Overview
     """Per saga type: in flight now and stuck, and the outcomes over the last hour and day;
     throughput and latency over the last hour, in five-minute buckets."""
     stuck_before = now - timedelta(seconds=step_timeout_s)
-    hour, day = now - WINDOWS[0][1], now - WINDOWS[1][1]
     types: list[TypeOverview] = []
     bucket = CHART_SPAN / BUCKETS
     start = now - CHART_SPAN
@@ -472,27 +529,7 @@ def overview(conn: Connection, now: datetime, step_timeout_s: float) -> Overview
     durations: list[list[float]] = [[] for _ in range(BUCKETS)]
     for saga in SAGA_TYPES:
         s = saga.statuses
-        open_ = queries.open_counts(conn, saga, statuses_of(saga, "in_flight"), stuck_before)
-        changed = queries.status_counts(conn, saga, day, hour)
-        failed = [x for x in s.statuses if x in s.failed]
-        compensated = queries.compensated_count(conn, saga, failed, day, hour)
-        windows = []
-        for i, (label, span) in enumerate(WINDOWS):
-            counts = dict.fromkeys(("in_flight", "finished", "compensated", "failed"), 0)
-            for status, pair in changed.items():
-                counts[outcome_of(saga, status, False)] += pair[1 - i]
-            counts["failed"] -= compensated[1 - i]
-            counts["compensated"] = compensated[1 - i]
-            windows.append(WindowCounts(label, now - span, counts))
-        types.append(
-            TypeOverview(
-                saga_type=saga.entity_type,
-                in_flight=sum(n for n, _ in open_.values()),
-                stuck=sum(o for _, o in open_.values()),
-                by_status={x: open_.get(x, (0, 0))[0] for x in statuses_of(saga, "in_flight")},
-                windows=windows,
-            )
-        )
+        types.append(_type_overview(conn, saga, now, stuck_before))
         for created, updated in queries.settled_since(conn, saga, sorted(s.settled), start):
             i = min(int((updated - start) / bucket), BUCKETS - 1)
             settled[i][saga.entity_type] = settled[i].get(saga.entity_type, 0) + 1
@@ -501,6 +538,69 @@ def overview(conn: Connection, now: datetime, step_timeout_s: float) -> Overview
         Bucket(start + bucket * i, settled[i], *_percentiles(durations[i])) for i in range(BUCKETS)
     ]
     return Overview(now, step_timeout_s, stuck_before, types, buckets, int(bucket.total_seconds()))
+
+
+def _type_overview(
+    conn: Connection, saga: SagaType, now: datetime, stuck_before: datetime
+) -> TypeOverview:
+    """``saga``'s counts, in all and per version of its definition."""
+    s = saga.statuses
+    hour, day = now - WINDOWS[0][1], now - WINDOWS[1][1]
+    open_ = queries.open_counts(conn, saga, statuses_of(saga, "in_flight"), stuck_before)
+    changed = queries.status_counts(conn, saga, day, hour)
+    failed = [x for x in s.statuses if x in s.failed]
+    compensated = queries.compensated_counts(conn, saga, failed, day, hour)
+
+    def counted(version: int | None) -> dict[str, Any]:
+        undone = [pair for v, pair in compensated.items() if version in (None, v)]
+        return _counts(
+            saga,
+            _of_version(open_, version),
+            _of_version(changed, version),
+            (sum(n for n, _ in undone), sum(r for _, r in undone)),
+            now,
+        )
+
+    versions = sorted({v for _, v in open_} | {v for _, v in changed} | set(compensated))
+    return TypeOverview(
+        saga_type=saga.entity_type,
+        versions=[VersionOverview(version=v, **counted(v)) for v in versions],
+        **counted(None),
+    )
+
+
+def _of_version(split: queries.Split, version: int | None) -> dict[str, tuple[int, int]]:
+    """Per status, the counts of ``version`` (None: of every version)."""
+    found: dict[str, tuple[int, int]] = {}
+    for (status, v), (a, b) in split.items():
+        if version in (None, v):
+            x, y = found.get(status, (0, 0))
+            found[status] = (x + a, y + b)
+    return found
+
+
+def _counts(
+    saga: SagaType,
+    open_: Mapping[str, tuple[int, int]],
+    changed: Mapping[str, tuple[int, int]],
+    compensated: tuple[int, int],
+    now: datetime,
+) -> dict[str, Any]:
+    """The fields of :class:`Counts` from one set of sagas' counts per status."""
+    windows = []
+    for i, (label, span) in enumerate(WINDOWS):
+        counts = dict.fromkeys(("in_flight", "finished", "compensated", "failed"), 0)
+        for status, pair in changed.items():
+            counts[outcome_of(saga, status, False)] += pair[1 - i]
+        counts["failed"] -= compensated[1 - i]
+        counts["compensated"] = compensated[1 - i]
+        windows.append(WindowCounts(label, now - span, counts))
+    return {
+        "in_flight": sum(n for n, _ in open_.values()),
+        "stuck": sum(o for _, o in open_.values()),
+        "by_status": {x: open_.get(x, (0, 0))[0] for x in statuses_of(saga, "in_flight")},
+        "windows": windows,
+    }
 
 
 def _percentiles(values: list[float]) -> tuple[float | None, float | None]:
@@ -522,6 +622,10 @@ class ListedSagaPublic(BaseModel):
     saga_id: str
     status: str = Field(description="Its current status: the step it is at, or how it ended")
     outcome: str = Field(description="in_flight, finished, compensated or failed")
+    version: int = Field(
+        description="The version of its saga definition it runs on (1 for a saga from before "
+        "versions)"
+    )
     stuck: bool = Field(
         description="In flight and unchanged for longer than a step's deadline "
         "(SAGALINE_STEP_TIMEOUT_S)"
@@ -538,6 +642,7 @@ class ListedSagaPublic(BaseModel):
             saga_id=saga.saga_id,
             status=saga.status,
             outcome=saga.outcome,
+            version=saga.version,
             stuck=saga.outcome == "in_flight" and saga.updated_at < stuck_before,
             reason=saga.reason,
             created_at=saga.created_at,
@@ -572,14 +677,35 @@ class WindowPublic(BaseModel):
     failed: int
 
 
-class TypeOverviewPublic(BaseModel):
-    saga_type: str
+class CountsPublic(BaseModel):
     stuck: int
     in_flight: int
     in_flight_by_status: dict[str, int]
     windows: list[WindowPublic] = Field(
         description="The sagas whose status last changed in the last hour and the last day, "
         "by where they are now"
+    )
+
+    @staticmethod
+    def fields_of(counts: Counts) -> dict[str, Any]:
+        return {
+            "stuck": counts.stuck,
+            "in_flight": counts.in_flight,
+            "in_flight_by_status": counts.by_status,
+            "windows": [
+                WindowPublic(label=w.label, since=w.since, **w.counts) for w in counts.windows
+            ],
+        }
+
+
+class VersionOverviewPublic(CountsPublic):
+    version: int = Field(description="The version of the saga definition they run on")
+
+
+class TypeOverviewPublic(CountsPublic):
+    saga_type: str
+    versions: list[VersionOverviewPublic] = Field(
+        description="The same counts per version of the saga's definition, oldest first"
     )
 
 
@@ -609,12 +735,11 @@ class OverviewPublic(BaseModel):
             types=[
                 TypeOverviewPublic(
                     saga_type=t.saga_type,
-                    stuck=t.stuck,
-                    in_flight=t.in_flight,
-                    in_flight_by_status=t.by_status,
-                    windows=[
-                        WindowPublic(label=w.label, since=w.since, **w.counts) for w in t.windows
+                    versions=[
+                        VersionOverviewPublic(version=v.version, **CountsPublic.fields_of(v))
+                        for v in t.versions
                     ],
+                    **CountsPublic.fields_of(t),
                 )
                 for t in seen.types
             ],

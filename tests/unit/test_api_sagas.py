@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from readside.engine import create_read_engine
 from sagaline import cli
 from tests.unit.test_console import Console
-from tests.unit.test_console_sagas import fill
+from tests.unit.test_console_sagas import ON_OTHER_VERSIONS, fill, run_on_versions
 
 pytestmark = pytest.mark.unit
 
@@ -113,6 +113,42 @@ async def test_the_overview_as_json(api: tuple[Console, httpx.AsyncClient]) -> N
     assert len(body["last_hour"]) == 12
 
 
+async def test_the_list_filters_by_version_and_says_each_saga_s(
+    api: tuple[Console, httpx.AsyncClient],
+) -> None:
+    console, client = api
+    run_on_versions(console.engine)
+    second = (await client.get("/sagas", params={"version": 2})).json()["sagas"]
+    assert [(s["saga_id"], s["version"]) for s in second] == [
+        ("o-stuck", 2),
+        ("o-tie-01", 2),
+        ("o-tie-00", 2),
+        ("o-done", 2),
+    ]
+    every = (await client.get("/sagas", params={"limit": 500})).json()["sagas"]
+    assert {s["saga_id"]: s["version"] for s in every if s["version"] != 1} == ON_OTHER_VERSIONS
+    for wrong in (0, "two", 2**31):
+        response = await client.get("/sagas", params={"version": wrong})
+        assert response.status_code == 422 and "version" in response.json()["message"]
+
+
+async def test_the_overview_as_json_counts_per_version_too(
+    api: tuple[Console, httpx.AsyncClient],
+) -> None:
+    console, client = api
+    run_on_versions(console.engine)
+    body = (await client.get("/overview/sagas")).json()
+    order = next(t for t in body["types"] if t["saga_type"] == "order")
+    by_version = {v["version"]: v for v in order["versions"]}
+    assert sorted(by_version) == [1, 2]
+    assert (by_version[1]["stuck"], by_version[2]["stuck"]) == (0, 1) == (0, order["stuck"])
+    assert by_version[2]["in_flight_by_status"]["AUTHORIZING"] == 1
+    for field in ("in_flight", "finished", "compensated", "failed"):
+        for i in (0, 1):
+            total = sum(v["windows"][i][field] for v in order["versions"])
+            assert total == order["windows"][i][field], (field, i)
+
+
 async def test_the_openapi_document_describes_both(api: tuple[Console, httpx.AsyncClient]) -> None:
     _, client = api
     document = (await client.get("/openapi.json")).json()
@@ -148,6 +184,20 @@ async def test_cli_list_pages_with_the_same_filter(
     assert not set(rows) & set(more) and "e-ok" in more
     bad = _run(console, monkeypatch, "list", "--saga-type", "invoice")
     assert bad.exit_code != 0 and "There is no saga type “invoice”" in bad.stderr
+
+
+async def test_cli_list_filters_by_version_and_prints_each_saga_s(
+    api: tuple[Console, httpx.AsyncClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console, _ = api
+    run_on_versions(console.engine)
+    listed = _run(console, monkeypatch, "list", "--version", "3")
+    assert listed.exit_code == 0, listed.stderr
+    assert [line.split()[:3] for line in listed.stdout.splitlines()] == [
+        ["e-wait", "enrollment", "v3"]
+    ]
+    bad = _run(console, monkeypatch, "list", "--version", "0")
+    assert bad.exit_code != 0 and "The version is the version of a saga" in bad.stderr
 
 
 async def test_cli_show_marks_compensations(

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from readside import store
+from readside import schema, store
 from sagas.contracts.orders import OrderLine
 from sagas.projections.enrollments import ENROLLMENTS, EnrollmentRow
 from sagas.projections.orders import ORDERS, OrderRow
@@ -352,3 +352,122 @@ def test_search_looks_in_the_indexed_ids_only() -> None:
     from services.api.console import data
 
     assert data.searched_columns() == ["customer_id", "student_id", "course_id"]
+
+
+# --- versions: the list filtered by one, the overview split by them -------------------------
+
+ON_OTHER_VERSIONS = {"o-stuck": 2, "o-done": 2, "o-tie-00": 2, "o-tie-01": 2, "e-wait": 3}
+"""The sagas :func:`run_on_versions` puts on a later version (every other one is on 1)."""
+
+
+def run_on_versions(engine: Engine) -> None:
+    with engine.begin() as conn:
+        for saga in saga_list.SAGA_TYPES:
+            t = schema.table_of(saga.model)
+            for saga_id, version in ON_OTHER_VERSIONS.items():
+                where = t.c[saga.model.key] == saga_id
+                conn.execute(t.update().where(where).values({saga.version_column: version}))
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("version=2", ["o-stuck", "o-tie-01", "o-tie-00", "o-done"]),
+        ("version=2&status=AUTHORIZING", ["o-stuck"]),
+        ("version=2&outcome=finished", ["o-tie-01", "o-tie-00", "o-done"]),
+        ("version=1&saga_type=order&outcome=in_flight", ["o-moving"]),
+        ("version=3", ["e-wait"]),
+        ("version=3&outcome=stuck", ["e-wait"]),
+        ("version=2&saga_type=enrollment", []),
+        ("version=4", []),
+        ("version=+2", ["o-stuck", "o-tie-01", "o-tie-00", "o-done"]),
+    ],
+)
+async def test_the_version_filter_lists_the_sagas_on_that_version(
+    console: Console, query: str, expected: list[str]
+) -> None:
+    run_on_versions(console.engine)
+    async with console.logged_in("read") as client:
+        assert await ids(client, query) == expected
+
+
+async def test_version_1_lists_every_other_saga_and_pages_through_them_once(
+    console: Console,
+) -> None:
+    run_on_versions(console.engine)
+    async with console.logged_in("read") as client:
+        every = await ids(client, "limit=500")
+        first = await ids(client, "version=1&limit=500")
+        seen: list[str] = []
+        url = "/console/sagas?version=1&limit=4"
+        while url:
+            page = await client.get(url)
+            seen += listed(page.text)
+            following = re.search(r'href="([^"]+)" rel="next"', page.text)
+            url = following.group(1).replace("&amp;", "&") if following else ""
+            assert not following or "version=1" in url
+    assert first == [i for i in every if i not in ON_OTHER_VERSIONS]
+    assert seen == first
+
+
+async def test_the_list_shows_each_saga_s_version_linking_to_its_type_s_sagas_on_it(
+    console: Console,
+) -> None:
+    run_on_versions(console.engine)
+    async with console.logged_in("read") as client:
+        page = (await client.get("/console/sagas?outcome=stuck")).text
+    table = page.split('id="saga-list"')[1].split("</table>")[0]
+    assert '<th scope="col">Version</th>' in table
+    shown = re.findall(
+        r'class="id"><a [^>]+><code>([^<]+)</code>.*?'
+        r'data-label="Version" class="version"><a href="([^"]+)">(\d+)<',
+        table,
+        re.S,
+    )
+    assert shown == [
+        ("o-stuck", "/console/sagas?saga_type=order&amp;version=2", "2"),
+        ("e-wait", "/console/sagas?saga_type=enrollment&amp;version=3", "3"),
+    ]
+    assert 'id="f-version"' in page  # the filter's field
+
+
+@pytest.mark.parametrize("version", ["0", "-1", "two", "2.0", "2147483648", "1" * 30])
+async def test_a_version_that_is_not_one_is_a_400_page_with_a_sentence(
+    console: Console, version: str
+) -> None:
+    async with console.logged_in("read") as client:
+        response = await client.get("/console/sagas", params={"version": version})
+    assert response.status_code == 400, response.text
+    assert "The version is the version of a saga" in response.text
+    assert "a whole number from 1 to 2147483647" in response.text
+
+
+def test_the_filter_parses_a_version_and_says_what_is_wrong_with_another() -> None:
+    assert saga_list.parse({"version": "3"}).version == 3
+    assert saga_list.parse({"version": " 12 "}).version == 12
+    assert saga_list.parse({"version": ""}).version is None
+    assert saga_list.parse({}).version is None
+    assert saga_list.parse({"version": "2", "limit": "5"}).query() == {"version": "2", "limit": "5"}
+    for wrong in ("0", "x", "2147483648", "3e2"):
+        with pytest.raises(saga_list.FilterError, match="a whole number from 1 to 2147483647"):
+            saga_list.parse({"version": wrong})
+
+
+async def test_the_overview_counts_each_saga_type_per_version_too(console: Console) -> None:
+    run_on_versions(console.engine)
+    async with console.logged_in("read") as client:
+        page = (await client.get("/console")).text
+    main = page.split('<main id="main"')[1]
+
+    def cells(row_id: str) -> list[str]:
+        row = main.split(f'id="{row_id}"')[1].split("</tr>")[0]
+        return re.findall(r"<td>(?:<a[^>]*>)?(\d+)", row)
+
+    # stuck, in flight now, the last hour's and the last day's in flight, finished,
+    # compensated, failed: the type's row (as before) is the sum of its versions' rows
+    assert cells("counts-order-v1") == ["0", "1", "1", "13", "1", "0", "1", "13", "1", "1"]
+    assert cells("counts-order-v2") == ["1", "1", "1", "3", "0", "0", "1", "3", "0", "0"]
+    assert cells("counts-enrollment-v3") == ["1", "1", "0", "0", "0", "0", "1", "0", "0", "0"]
+    assert "counts-order-v3" not in main and "counts-enrollment-v2" not in main
+    assert 'href="/console/sagas?saga_type=order&amp;version=2&amp;outcome=stuck"' in main
+    assert ">order version 2</a>" in main

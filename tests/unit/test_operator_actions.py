@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from readside import store
+from readside import schema, store
 from readside.engine import create_read_engine
 from readside.migrate import upgrade
 from runtime.settings import Settings
@@ -173,6 +173,29 @@ async def test_the_rest_api_plans_then_executes_and_needs_the_admin_scope(tmp_pa
             assert wrong.status_code == 422 and "filter.colour" in wrong.json()["message"]
     finally:
         console.engine.dispose()
+
+
+def test_a_filter_by_version_plans_only_the_sagas_on_that_version(engine: Engine) -> None:
+    orders = schema.table_of(ORDERS)
+    with engine.begin() as conn:
+        later = orders.c.order_id.in_(["o-01", "o-03", "o-pending"])
+        conn.execute(orders.update().where(later).values(version=2))
+    action = plan(engine, "compensate", {"saga_type": "order", "version": "2"})
+    assert [t.saga_id for t in action.sagas] == ["o-01", "o-03", "o-pending"]
+    assert action.filter == {"saga_type": "order", "version": "2"}
+    first = plan(engine, "compensate", {"status": "AUTHORIZING", "version": "1"})
+    assert [t.saga_id for t in first.sagas] == ["o-00", "o-02", "o-04", "o-05", "o-06"]
+    with pytest.raises(actions.ActionError, match="a whole number from 1"):
+        plan(engine, "compensate", {"version": "latest"})
+
+
+def test_the_rest_filter_takes_a_version_as_the_list_does() -> None:
+    from services.api.actions import SagaFilterBody
+
+    assert SagaFilterBody.model_validate({"version": 3}).given() == {"version": "3"}
+    for wrong in (0, -1, 2**31, "two"):
+        with pytest.raises(ValueError, match="version"):
+            SagaFilterBody.model_validate({"version": wrong})
 
 
 def test_the_rest_filter_has_exactly_the_saga_lists_filters() -> None:

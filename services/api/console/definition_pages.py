@@ -34,7 +34,10 @@ def counts(conn: Connection, entity_type: str, statuses: list[str]) -> dict[str,
     assert saga is not None
     # ``stuck_before`` only splits the count: the picture shows the whole.
     found = queries.open_counts(conn, saga, statuses, datetime.now(UTC) - timedelta(days=1))
-    return {status: n for status, (n, _old) in found.items()}
+    total: dict[str, int] = {}
+    for (status, _version), (n, _old) in found.items():
+        total[status] = total.get(status, 0) + n
+    return total
 
 
 @router.get("/definitions", response_class=HTMLResponse)

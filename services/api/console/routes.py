@@ -312,6 +312,7 @@ async def sagas(request: Request) -> Response:
         id_filters=list(saga_list.ID_FILTERS),
         touch_filters=list(saga_list.TOUCH_FILTERS),
         step_timeout_s=settings.step_timeout_s,
+        list_url=_list_url,
     )
 
 
