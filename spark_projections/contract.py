@@ -15,10 +15,10 @@ their ``Annotated``/``Field`` constraints (lengths, bounds, a pattern, digits); 
 of them (arrays of strings, of numbers, of models...), each item checked like a field.
 
 Payload fields are parsed into one struct for every type (:func:`payload_schema`), so field
-names share one namespace across the contracts: a name two contracts give different Spark
-types is refused (:func:`conflicting_fields`) unless :data:`JSON_TEXT_FIELDS` declares it,
-and then it is parsed as its JSON text and each reader types it for its own type
-(:func:`read`), a slower path.
+names share one namespace across the contracts: a name two domain events type two ways is
+refused when the domains are registered (:mod:`sagas.machinery.payload_fields`) unless a
+domain declares it in its ``two_typed_fields``, and then it is parsed as its JSON text and
+each reader types it for its own type (:func:`read`), a slower path.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -48,7 +48,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sagas.catalog import READ_MODELS, SAGA_TYPES  # (importing it registers every contract)
+from sagas.domains import DOMAINS  # (importing it registers every contract)
+from sagas.machinery.payload_fields import check_payload_fields, domain_events
 from sagas.messages import SCHEMA_VERSION, Envelope, Message
 
 Check = Callable[[Column], Column]
@@ -113,23 +114,7 @@ def known_types() -> frozenset[str]:
     return frozenset(Message.known_types())
 
 
-def domain_events() -> tuple[type[Message], ...]:
-    """The facts Sagaline's processes publish on the event topic, as the declarations name
-    them: every registered type with a timeline summary, every type (or subtype) a read
-    model's declaration reads, and every saga's status event; sorted by type name."""
-    named: set[type[Message]] = set()
-    for model in READ_MODELS:
-        named |= model.event_types()
-    named |= {saga.statuses.event for saga in SAGA_TYPES}
-    found = {
-        m
-        for m in Message.known_types().values()
-        if m.SUMMARY is not None or any(issubclass(m, base) for base in named)
-    }
-    return tuple(sorted(found, key=lambda m: m.TYPE))
-
-
-DOMAIN_EVENTS: tuple[type[Message], ...] = domain_events()
+DOMAIN_EVENTS: tuple[type[Message], ...] = domain_events(DOMAINS)
 """The types worth a native path. Any other type (a command, a tick) on that topic is valid
 for the projector too, and takes the exact route."""
 
@@ -151,71 +136,11 @@ def payload_contract(model: type[Message]) -> PayloadContract:
     return PayloadContract(model.TYPE, _fields(model))
 
 
-JSON_TEXT_FIELDS: dict[str, str] = {
-    "waitlist": "a flag on enrollment.Requested, a queue on every course fact",
-}
-"""The payload field names native contracts give different Spark types on purpose, and why."""
-
-
-class ConflictingField(TypeError):
-    """One payload field name with two Spark types, not declared in JSON_TEXT_FIELDS."""
-
-
-def conflicting_fields(
-    models: Iterable[type[Message]], json_text: Mapping[str, str] = JSON_TEXT_FIELDS
-) -> frozenset[str]:
-    """The field names the native contracts of ``models`` give different Spark types, each
-    declared in ``json_text``; raises :class:`ConflictingField` on an undeclared one, and on
-    a declared one that no two contracts type differently (it would go the slow path for
-    nothing)."""
-    first: dict[str, tuple[type[Message], FieldSpec]] = {}
-    found: set[str] = set()
-    for model in models:
-        try:
-            fields = payload_contract(model).fields
-        except Unsupported:
-            continue  # its records take the exact route: it has no field in the struct
-        for spec in fields:
-            seen = first.setdefault(spec.name, (model, spec))
-            if seen[1].dtype.json() == spec.dtype.json():
-                continue
-            if spec.name not in json_text:
-                raise ConflictingField(_conflict(spec.name, seen, (model, spec)))
-            found.add(spec.name)
-    if stale := sorted(set(json_text) - found):
-        raise ConflictingField(
-            f"JSON_TEXT_FIELDS (spark_projections/contract.py) declares {stale}, which no two "
-            "contracts type differently: remove them, they would be parsed as JSON text for "
-            "nothing"
-        )
-    return frozenset(found)
-
-
-def _conflict(name: str, *declared: tuple[type[Message], FieldSpec]) -> str:
-    types = " and ".join(
-        f"{_python_type(model, name)} in {model.TYPE or model.__name__} "
-        f"(Spark {spec.dtype.simpleString()})"
-        for model, spec in declared
-    )
-    return (
-        f"payload field {name!r} has two types: {types}. The Spark rebuild parses every "
-        "contract's fields into one struct, so a name has one type across the contracts: "
-        "rename one of the fields, or, if both must keep the name, declare it in "
-        "JSON_TEXT_FIELDS (spark_projections/contract.py) with the reason (it is then parsed "
-        "as JSON text, a slower path)"
-    )
-
-
-def _python_type(model: type[Message], name: str) -> str:
-    annotation = model.model_fields[name].annotation
-    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    return re.sub(r"\b(?:[a-z_]\w*\.)+", "", text)  # without module paths
-
-
 @cache
 def raw_fields() -> frozenset[str]:
-    """Field names that native types give different Spark types: parsed as JSON text."""
-    return conflicting_fields(DOMAIN_EVENTS)
+    """Field names the domain events type two ways (the domains declare them): parsed as
+    JSON text. Every other name has one type in every event, so one Spark type."""
+    return check_payload_fields(DOMAINS)
 
 
 def payload_schema() -> StructType:

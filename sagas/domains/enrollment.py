@@ -71,4 +71,5 @@ DOMAIN = Domain(
     ),
     demo="sagaline.enrollment_demo",
     api="services.api.enrollments",
+    two_typed_fields={"waitlist": "a flag on enrollment.Requested, a queue on every course fact"},
 )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from sagas.contracts.system import Tick
+from sagas.machinery.payload_fields import check_payload_fields
 from sagas.machinery.process import Process
 from sagas.machinery.traffic import Traffic
 from sagas.machinery.versions import Versions
@@ -93,6 +94,9 @@ class Domain(Generic[P]):
     traffic: Traffic | None = None
     """Its sample traffic and invariants, for the Spark/online equality test and the fault
     harness (:mod:`sagas.machinery.traffic`); None: those exercise it with code of their own."""
+    two_typed_fields: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Payload field names its events type otherwise than another event does, on purpose,
+    each with the reason (:mod:`sagas.machinery.payload_fields`); best left empty."""
 
     def __post_init__(self) -> None:
         for saga in self.saga_types:
@@ -108,7 +112,7 @@ class Domain(Generic[P]):
                     f"domain {self.name!r} declares how to cancel a {cancel.entity_type!r} "
                     "saga, which is none of its saga types"
                 )
-        check_domains((self,))
+        _declared_once((self,))
 
     def build(self, settings: P) -> list[Process[Any]]:
         """Its processes, one per channel, each named by its channel."""
@@ -139,8 +143,16 @@ def check_domains(
     domains: Sequence[Domain[Any]], processes: Mapping[str, Sequence[Process[Any]]] = {}
 ) -> None:
     """Refuse two declarations of one domain, channel, read model, saga type or contract
-    module, and an entity type claimed by two domains (by their declarations, or by the
-    ``processes`` built for each domain, by domain name)."""
+    module, an entity type claimed by two domains (by their declarations, or by the
+    ``processes`` built for each domain, by domain name), and a payload field name their
+    domain events type two ways (:mod:`sagas.machinery.payload_fields`)."""
+    _declared_once(domains, processes)
+    check_payload_fields(domains)
+
+
+def _declared_once(
+    domains: Sequence[Domain[Any]], processes: Mapping[str, Sequence[Process[Any]]] = {}
+) -> None:
     named: dict[str, Callable[[Domain[Any]], Iterable[str]]] = {
         "domain": lambda d: (d.name,),
         "channel": lambda d: (c.name for c in d.channels),
