@@ -22,7 +22,7 @@ def test_model_copy_would_keep_a_mistyped_field_that_checked_copy_refuses() -> N
     state = PaymentState(status="AUTHORIZED")
     kept = state.model_copy(update={"stauts": "CAPTURED"})
     assert kept.status == "AUTHORIZED"  # the change meant is lost without a word
-    with pytest.raises(TypeError, match="^PaymentState has no field stauts$"):
+    with pytest.raises(TypeError, match=r"^PaymentState has no field stauts$"):
         checked_copy(state, {"stauts": "CAPTURED"})
 
 
