@@ -101,7 +101,7 @@ def _versioned(events: list[Envelope]) -> list[Envelope]:
 def test_the_version_of_each_saga_is_its_latest_event_s_on_the_native_route_too(
     spark: SparkSession,
 ) -> None:
-    events = _versioned(history.with_gaps(history.order_history(30, products=4, seed=12)))
+    events = _versioned(history.with_gaps(history.order_history(30, products=4, seed=12), 9))
     records = place(history.encoded(history.messy(events, seed=13)))
     stage = pipeline.staged(records_frame(spark, records))
     reference = project(records)
