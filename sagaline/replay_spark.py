@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from pyspark.sql import SparkSession
+
 from runtime.settings import Settings
 from sagas.catalog import PROCESS_CHANNELS
 from sagas.machinery.replay import Candidate, Replay
@@ -18,8 +20,11 @@ def replay_on_spark(
     settings: Settings,
     candidates: Mapping[str, Candidate],
     baselines: Mapping[str, Candidate] | None,
+    spark: SparkSession | None = None,
 ) -> Replay:
-    spark = build_session(
+    """``spark``: a session to run on and leave open (the tests' shared one); without it,
+    the rebuild's session is built from the settings and stopped at the end."""
+    session = spark or build_session(
         master=settings.spark_master,
         driver_memory=settings.spark_driver_memory,
         shuffle_partitions=settings.spark_shuffle_partitions,
@@ -27,8 +32,11 @@ def replay_on_spark(
         app_name="sagaline-replay",
     )
     try:
-        frame, channel_of, earliest = asyncio.run(history_frame(spark, settings, PROCESS_CHANNELS))
+        frame, channel_of, earliest = asyncio.run(
+            history_frame(session, settings, PROCESS_CHANNELS)
+        )
         letters = asyncio.run(dead_letters(settings, PROCESS_CHANNELS))
         return spark_replay(frame, channel_of, candidates, baselines, earliest, letters)
     finally:
-        spark.stop()
+        if spark is None:
+            session.stop()
