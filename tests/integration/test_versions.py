@@ -1,11 +1,15 @@
 """Versions on the real broker: orders started under version 1, the worker restarted with
 version 2 code that keeps version 1: the version-1 orders finish by version 1's rules and
 new ones start on version 2; then version 3, which declares the upgrade from version 1,
-continues the remaining version-1 orders on its rules."""
+continues a version-1 order on its rules, its stored state upgraded (version 3's ``wallet``),
+while the version-2 orders finish by version 2's rules (their step times out), after which
+``sagaline versions`` says version 2 can be deleted and version 1 (one instance left, not yet
+upgraded) cannot."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 import time
@@ -14,6 +18,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,11 +30,14 @@ from runtime.topics import create_topics
 from sagas.catalog import INVENTORY, ORDER_SAGA
 from sagas.contracts import ledger as lc
 from sagas.contracts import orders as oc
+from sagas.machinery.history import is_chunk_key
+from sagas.machinery.record import Record
 from sagas.messages import Envelope, Message
 from services.api.app import create_api
 from services.api.inflight import in_flight_of
 from services.bus import CommandBus
 from services.event_tail import EventTail
+from services.inflight import OWN_KEY, read_changelog
 from tests.integration.harness import (
     ServiceProcess,
     _die_with_parent,
@@ -37,10 +45,14 @@ from tests.integration.harness import (
     isolated_settings,
     settings_env,
 )
+from tests.integration.versioned_cli import CODE
+from tests.unit.versions_example import OrderStateV3
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 ROOT = Path(__file__).parents[2]
+TIMEOUT_S = 30.0
+"""The step timeout of the worker at version 2 (the others: 300 s, none fires)."""
 
 
 class VersionedWorker(ServiceProcess):
@@ -102,11 +114,13 @@ class Orders:
     async def cancel(self, order_id: str) -> None:
         await self.bus.send(ORDER_SAGA, command(oc.CancelOrder(reason="changed mind"), order_id))
 
-    async def status(self, order_id: str, wanted: str, timeout: float = 30) -> None:
+    async def status(
+        self, order_id: str, wanted: str, timeout: float = 30, reason: str | None = None
+    ) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
             got = self.tail.statuses.get(f"order:{order_id}")
-            if got is not None and got.status == wanted:
+            if got is not None and got.status == wanted and reason in (None, got.reason):
                 return
             await asyncio.sleep(0.1)
         raise AssertionError(
@@ -155,6 +169,28 @@ def versions_said(settings: Settings, version: str) -> str:
     return done.stdout
 
 
+async def stored(settings: Settings, version: str) -> dict[str, Record[Any]]:
+    """The order saga's records as the worker's table holds them, read from its changelog
+    and decoded as the worker at ``version`` reads them."""
+    domain = CODE[version]
+    assert domain is not None
+    process = next(p for p in domain.build(settings) if p.name == ORDER_SAGA)
+    table = await read_changelog(settings, ORDER_SAGA)
+    codec = Record.codec(process.state_type)
+    return {
+        key: codec.decode(key, raw, table.get)
+        for key, raw in table.items()
+        if not key.startswith(OWN_KEY) and not is_chunk_key(key)
+    }
+
+
+def order_saga_lines(said: str) -> list[str]:
+    """What ``sagaline versions`` says of the order saga (other channels follow it)."""
+    lines = said.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith(f"{ORDER_SAGA}:")))
+    return [lines[at], *itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :])]
+
+
 async def scrape_in_flight(settings: Settings) -> str:
     """The API's GET /metrics, in process, with the cache its lifespan builds (the reading
     is the same at any version: it counts the version each record holds)."""
@@ -178,8 +214,10 @@ async def test_a_restart_on_version_2_finishes_version_1_orders_by_version_1_the
     finally:
         worker.stop()
 
-    # the worker restarted with version 2 beside version 1
-    worker = VersionedWorker(settings, tmp, "v2")
+    # the worker restarted with version 2 beside version 1, with a step timeout that the
+    # new orders' authorizations outlast once it has stopped (the worker at version 3
+    # fires it): they finish by version 2's rules
+    worker = VersionedWorker(settings.model_copy(update={"step_timeout_s": TIMEOUT_S}), tmp, "v2")
     await asyncio.to_thread(worker.start)
     try:
         new = await orders.authorizing(2)
@@ -204,5 +242,21 @@ async def test_a_restart_on_version_2_finishes_version_1_orders_by_version_1_the
         await orders.cancel(old[1])
         assert "version 2" in await orders.refused(old[1])
         await orders.status(old[1], "AUTHORIZING")
+        for order_id in new:  # version 2's last instances time out by version 2's rules
+            await orders.status(order_id, "CANCELLED", timeout=TIMEOUT_S + 90, reason="timeout")
+        await asyncio.sleep(2)  # the batch's states reach the changelog
     finally:
         worker.stop()
+    records = await stored(settings, "v3")
+    upgraded, untouched = records[old[1]], records[old[2]]
+    assert (upgraded.version, type(upgraded.state)) == (3, OrderStateV3)
+    assert upgraded.state.status == "AUTHORIZING"
+    assert upgraded.state.wallet == "other"  # paid by "hang"
+    assert (untouched.version or 1, type(untouched.state).__name__) == (1, "OrderState")
+    assert [records[o].state.status for o in new] == ["CANCELLED", "CANCELLED"]
+    assert order_saga_lines(versions_said(settings, "v3")) == [
+        "order-saga: newest version 3",
+        "  version 1: 1 in flight: keep it",
+        "  version 2: none in flight: it can be deleted",
+        "  version 3: 1 in flight (new instances start here)",
+    ]

@@ -55,11 +55,18 @@ class OrderSagaV3(OrderSagaV2):
 
 
 def _built(cls: type[OrderSaga], settings: orders.OrderSettings) -> list[Process[Any]]:
-    built = orders.processes(settings)
-    return [
-        cls(**{f.name: getattr(p, f.name) for f in fields(p)}) if isinstance(p, OrderSaga) else p
-        for p in built
-    ]
+    return [_as(cls, p) if isinstance(p, OrderSaga) else p for p in orders.processes(settings)]
+
+
+def _as(cls: type[OrderSaga], built: OrderSaga) -> OrderSaga:
+    """``built`` (the order saga as the domain builds it from the settings) as ``cls``: the
+    values of the fields ``cls`` declares alike (its channels, its timeouts), not of one it
+    redeclares (version 3's state type: copied, its records would be read back as version
+    1's state, the upgraded fields dropped)."""
+    own = {f.name: f.default for f in fields(cls)}
+    return cls(
+        **{f.name: getattr(built, f.name) for f in fields(built) if own[f.name] == f.default}
+    )
 
 
 def domain(newest: type[OrderSaga], *older: type[OrderSaga]) -> Domain[Any]:
