@@ -94,7 +94,7 @@ def _event_values(value: Value, event: Envelope, message: Message | None) -> Ite
         case EntityId():
             yield entity_id(event)
         case LatestVersion():
-            yield event.version or FIRST
+            yield event.definition_version or FIRST
         case Latest(of=of, field=name) if isinstance(message, of):
             yield getattr(message, name)
         case Difference(left=Latest(of=a, field=x), right=Latest(of=b, field=y)) if isinstance(

@@ -140,7 +140,7 @@ class Envelope(BaseModel):
     """Domain events only: the kind of entity ``key`` names (``order``, ``product``...)."""
     sequence: int | None = None
     """Domain events only: 1, 2, 3... per entity, with no gaps."""
-    version: int | None = None
+    definition_version: int | None = None
     """Domain events only: the version of the definition whose instance published it
     (``sagas/machinery/versions.py``). Left out by an unversioned definition, and absent
     from every event recorded before it was written: both mean version 1."""
@@ -198,7 +198,7 @@ class Envelope(BaseModel):
         reply_to: str | None = None,
         entity_type: str | None = None,
         sequence: int | None = None,
-        version: int | None = None,
+        definition_version: int | None = None,
     ) -> Envelope:
         return cls(
             message_id=message_id,
@@ -210,7 +210,7 @@ class Envelope(BaseModel):
             occurred_at=occurred_at,
             entity_type=entity_type,
             sequence=sequence,
-            version=version,
+            definition_version=definition_version,
             payload=message.model_dump(mode="json"),
         )
 

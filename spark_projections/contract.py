@@ -96,7 +96,7 @@ assert ENVELOPE_FIELDS[-1] == "payload", "the canonical-text check relies on pay
 _ENVELOPE_TYPES: dict[str, DataType] = {
     "schema_version": LongType(),
     "sequence": LongType(),
-    "version": LongType(),
+    "definition_version": LongType(),
 }
 
 

@@ -88,7 +88,7 @@ def _event_values(value: Value) -> Iterator[tuple[Column, Column]]:
         case EntityId():
             yield F.lit(True), entity_id(F.col("e_key"))
         case LatestVersion():
-            yield F.lit(True), F.col("e_version")
+            yield F.lit(True), F.col("e_definition_version")
         case Latest(of=of, field=name):
             for types, field in _typed(_native(of), name):
                 yield F.col("e_type").isin(*types), field

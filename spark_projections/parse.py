@@ -41,7 +41,7 @@ EVENT_COLUMNS = (
     "message_id",
     "entity_key",
     "sequence",
-    "version",
+    "definition_version",
     "type",
     "known",
     "saga_id",
@@ -121,7 +121,7 @@ def records_as_events(verdicts: DataFrame) -> DataFrame:
     ).select(*EVENT_COLUMNS)
 
 
-_ENVELOPE_PART = ("message_id", "saga_id", "causation_id", "reply_to", "version")
+_ENVELOPE_PART = ("message_id", "saga_id", "causation_id", "reply_to", "definition_version")
 
 
 def exact_verdicts(records: DataFrame) -> DataFrame:
@@ -273,7 +273,7 @@ def _compact_text() -> Column:
         "occurred_at": _utc_text(F.col("occurred_at")),
         "entity_type": F.substring_index(F.col("entity_key"), ":", 1),
         "sequence": F.col("sequence"),
-        "version": F.col("version"),
+        "definition_version": F.col("definition_version"),
     }
     assert tuple(fields) == contract.ENVELOPE_FIELDS[:-1]
     head = F.to_json(F.struct(*[column.alias(name) for name, column in fields.items()]))

@@ -75,7 +75,9 @@ class _Source:
     def aggregate(self) -> Column:
         matches = self.is_of()
         payload = [contract.read(F.col("p"), f, dtype).alias(f) for f, dtype in self.fields]
-        latest = F.struct(F.col("sequence"), F.col("occurred_at"), F.col("version"), *payload)
+        latest = F.struct(
+            F.col("sequence"), F.col("occurred_at"), F.col("definition_version"), *payload
+        )
         return F.max_by(F.when(matches, latest), F.when(matches, F.col("sequence"))).alias(
             self.alias
         )
@@ -166,7 +168,7 @@ def _value(value: Value, sources: dict[type[Message] | None, _Source]) -> Column
         case LatestSequence(of=of):
             return F.col(sources[of].alias)["sequence"]
         case LatestVersion():
-            return F.coalesce(F.col(sources[None].alias)["version"], F.lit(FIRST))
+            return F.coalesce(F.col(sources[None].alias)["definition_version"], F.lit(FIRST))
         case Difference(left=left, right=right):
             # Null rather than an error (ANSI mode) where two longs' difference overflows.
             return F.try_subtract(_value(left, sources), _value(right, sources))

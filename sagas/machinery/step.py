@@ -238,7 +238,7 @@ def _event(
         causation_id=ctx.cause_id,
         entity_type=process.entity_type,
         sequence=sequence,
-        version=version,
+        definition_version=version,
     )
     return Outbound(EVENTS_CHANNEL, envelope)
 

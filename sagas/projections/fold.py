@@ -134,7 +134,7 @@ class _Terms:
         for name in self.sequences:
             values[name] = event.sequence or 0
         for name in self.versions:
-            values[name] = event.version or FIRST
+            values[name] = event.definition_version or FIRST
         for name in self.ids:
             values[name] = entity_id(event)
         for name, column in self.rows:
@@ -270,7 +270,7 @@ def _compute(term: Term) -> Compute:
         case "sequence":
             return lambda row, event, message: event.sequence or 0
         case "version":
-            return lambda row, event, message: event.version or FIRST
+            return lambda row, event, message: event.definition_version or FIRST
         case "id":
             return lambda row, event, message: entity_id(event)
         case "row":

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from readside import codec, schema
 from sagas.catalog import READ_MODELS
 from sagas.contracts.orders import OrderPlaced
+from sagas.machinery.frozen import checked_copy
 from sagas.messages import Envelope
 from sagas.projections.declare import Column, Latest, ReadModel
 from sagas.projections.orders import ORDERS
@@ -90,9 +91,9 @@ def _versioned(events: list[Envelope]) -> list[Envelope]:
     def stamped(event: Envelope) -> Envelope:
         match kind.get(event.key):
             case 0:
-                return event.model_copy(update={"version": 2})
+                return checked_copy(event, {"definition_version": 2})
             case 1 if (event.sequence or 0) > 1:
-                return event.model_copy(update={"version": 3})
+                return checked_copy(event, {"definition_version": 3})
         return event
 
     return [stamped(e) for e in events]
@@ -114,7 +115,7 @@ def test_the_version_of_each_saga_is_its_latest_event_s_on_the_native_route_too(
     held = models.pending_events(stage.gated).select("envelope").collect()
     stored = {e.encode().decode() for e, _p, _o in reference.held}
     assert stored and {r["envelope"] for r in held} == stored
-    assert any('"version":' in text for text in stored)
+    assert any('"definition_version":' in text for text in stored)
 
 
 def test_a_twin_that_disagrees_with_its_fold_fails_the_comparison(

@@ -71,7 +71,7 @@ def twin(model: ReadModel[Any], events: Iterable[Envelope]) -> dict[str, Any] | 
                 found = since[-1] if of is None else latest(of)
                 return None if found is None else found.sequence
             case LatestVersion():
-                return since[-1].version or FIRST
+                return since[-1].definition_version or FIRST
             case Difference(left=left, right=right):
                 return value(left) - value(right)
             case OrElse(first=first, then=then):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sagas.contracts import ledger, orders
+from sagas.machinery.frozen import checked_copy
 from sagas.machinery.versions import FIRST
 from sagas.messages import Envelope, Message
 from sagas.projections.declare import (
@@ -64,7 +65,7 @@ def over_the_whole_stream(model: ReadModel[Any], events: list[Envelope]) -> dict
                 found = latest(of)
                 return None if found is None else found.sequence
             case LatestVersion():
-                return since[-1].version or FIRST
+                return since[-1].definition_version or FIRST
             case Difference(left=left, right=right):
                 a, b = value(left), value(right)
                 return None if a is None or b is None else a - b
@@ -230,7 +231,7 @@ def _versioned_stream(seed: int, length: int) -> list[Envelope]:
     """A stream whose events carry no version (version 1) or a version, at random."""
     rng = random.Random(seed)
     return [
-        e.model_copy(update={"version": rng.choice([None, None, 2, 3])})
+        checked_copy(e, {"definition_version": rng.choice([None, None, 2, 3])})
         for e in _stream(seed, length)
     ]
 
@@ -247,7 +248,7 @@ def test_the_version_folded_event_by_event_is_the_latest_event_s_and_1_without_o
         expected = over_the_whole_stream(VERSIONED_SEATS, events[:upto])
         assert (None if row is None else dict(row)) == expected, f"after event {upto}"
         if row is not None:
-            assert row.version == (event.version or FIRST)  # every event moves it
+            assert row.version == (event.definition_version or FIRST)  # every event moves it
             versions.add(row.version)
     assert versions <= {1, 2, 3}
 

@@ -195,15 +195,17 @@ def test_malformed_or_unstorable_records_are_rejected_with_a_reason(
 
 
 def test_a_saga_event_s_version_is_kept_and_one_beyond_the_column_is_rejected() -> None:
-    versioned = triage(PLACED.key.encode(), _raw(PLACED, version=2))
-    assert isinstance(versioned, Envelope) and versioned.version == 2
-    too_big = triage(PLACED.key.encode(), _raw(PLACED, version=2**40))
+    versioned = triage(PLACED.key.encode(), _raw(PLACED, definition_version=2))
+    assert isinstance(versioned, Envelope) and versioned.definition_version == 2
+    too_big = triage(PLACED.key.encode(), _raw(PLACED, definition_version=2**40))
     assert isinstance(too_big, Rejected)
     assert (
         too_big.reason == f"does not fit the read model: orders.version is an INTEGER, got {2**40}"
     )
     # a participant's entity has no version column: its events' version is not checked
-    assert isinstance(triage(STOCK_SET.key.encode(), _raw(STOCK_SET, version=2**40)), Envelope)
+    assert isinstance(
+        triage(STOCK_SET.key.encode(), _raw(STOCK_SET, definition_version=2**40)), Envelope
+    )
 
 
 def test_garbage_and_key_mismatch_are_rejected_an_unknown_type_is_not() -> None:

@@ -184,7 +184,9 @@ def test_an_unversioned_definition_s_facts_carry_no_version_and_keep_their_bytes
     driver = Driver(OrderSaga())
     facts = facts_of(driver, placed("o-1"), oc_reserved("o-1"), cancel("o-1"))
     assert [e.type for e in facts] == ["order.Placed", "order.StatusChanged", "order.StatusChanged"]
-    assert all(e.version is None and b'"version"' not in e.encode() for e in facts)
+    assert all(
+        e.definition_version is None and b'"definition_version"' not in e.encode() for e in facts
+    )
 
 
 def test_a_new_instance_s_facts_carry_the_newest_version_and_an_old_one_s_carry_none() -> None:
@@ -195,14 +197,16 @@ def test_a_new_instance_s_facts_carry_the_newest_version_and_an_old_one_s_carry_
     old_facts = facts_of(old, cancel("o-1"))
     new_facts = facts_of(new, placed("o-2"), oc_reserved("o-2"), cancel("o-2"))
     # the old order (its record holds no version) publishes as version 1 always did
-    assert old_facts and all(e.version is None for e in old_facts)
+    assert old_facts and all(e.definition_version is None for e in old_facts)
     # every fact of the new one, its start, its steps and its refusal, says version 2
     assert [e.type for e in new_facts] == [
         "order.Placed",
         "order.StatusChanged",
         "order.CancelRefused",
     ]
-    assert all(e.version == 2 and b'"version":2' in e.encode() for e in new_facts)
+    assert all(
+        e.definition_version == 2 and b'"definition_version":2' in e.encode() for e in new_facts
+    )
     assert all(Envelope.decode(e.encode()) == e for e in new_facts)
 
 
@@ -210,7 +214,7 @@ def test_an_upgraded_instance_s_facts_carry_the_version_it_now_runs_on() -> None
     old = authorizing(OrderSaga(), "o-1")
     old.process = both(OrderSagaV3, OrderSaga)
     facts = facts_of(old, cancel("o-1"))
-    assert facts and all(e.version == 3 for e in facts)
+    assert facts and all(e.definition_version == 3 for e in facts)
 
 
 def test_the_saga_s_row_shows_the_version_its_facts_carry_and_1_for_facts_without() -> None:
