@@ -117,6 +117,13 @@ class Versions:
             )
         return definition, record
 
+    def runs_by(self, version: int) -> Process[Any] | None:
+        """The definition an instance started on ``version`` runs by, as :meth:`pinned`
+        picks it: its own, or the one its declared upgrades lead to (None: gone)."""
+        while (newer := self._upgrade_from(version)) is not None:
+            version = newer
+        return self.by_version.get(version)
+
     def _upgrade_from(self, version: int) -> int | None:
         return min(
             (v for v, d in self.by_version.items() if version in upgrades_of(d)), default=None

@@ -30,10 +30,11 @@ from readside.operator_actions import operator_action_sagas as targets_t
 from readside.operator_actions import operator_actions as actions_t
 from sagas.catalog import SAGA_TYPES
 from sagas.ids import external_command_id
-from sagas.machinery.kit import Saga
+from sagas.machinery.versions import FIRST
 from sagas.messages import Envelope
 from services.api import saga_list
 from services.operator.cancels import cancellation
+from services.operator.definitions import SagaDefinitions
 from services.operator.plans import Plan, plan_cancel
 
 MAX_SAGAS = 10_000
@@ -89,7 +90,7 @@ def message_id(action_id: str, saga_id: str) -> str:
 
 def dry_run(
     conn: Connection,
-    sagas: Mapping[str, Saga[Any]],
+    sagas: Mapping[str, SagaDefinitions],
     kind: str,
     given: Mapping[str, str],
     reason: str,
@@ -107,10 +108,16 @@ def dry_run(
     found = _one(conn, given) if kind == "cancel" else _matching(conn, given, now, step_timeout_s)
     plans: list[Plan] = []
     for saga_type, saga_id, row in found:
-        saga = sagas.get(saga_type)
+        declared = _saga(saga_type)
+        version = getattr(row, declared.version_column) or FIRST
+        runs = sagas.get(saga_type)
+        saga = None if runs is None else runs.runs_by(version)
         if saga is None:
-            raise ActionError(f"No saga definition runs the {saga_type} sagas here.")
-        status = str(getattr(row, _saga(saga_type).status_column))
+            raise ActionError(
+                f"No saga definition runs version {version} of the {saga_type} sagas here "
+                f"(saga {saga_id}): plan with the worker's definitions."
+            )
+        status = str(getattr(row, declared.status_column))
         plan = plan_cancel(saga, cancellation(saga_type), saga_id, row, status, reason, now)
         if plan.touched:
             plans.append(plan)
@@ -290,7 +297,7 @@ def of_saga(conn: Connection, saga_id: str) -> list[tuple[Action, Target]]:
 async def execute(
     engine: Engine,
     sender: Sender,
-    sagas: Mapping[str, Saga[Any]],
+    sagas: Mapping[str, SagaDefinitions],
     action_id: str,
     who: str,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),

@@ -19,7 +19,7 @@ from services.operator.definitions import definitions
 
 pytestmark = pytest.mark.unit
 
-DEFINITIONS = definitions(Settings())
+DEFINITIONS = {kind: found.newest for kind, found in definitions(Settings()).items()}
 
 
 def link(status: str) -> str:

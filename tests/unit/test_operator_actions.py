@@ -6,7 +6,7 @@ after a crash without sending a saga's cancel under two ids."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,13 +19,16 @@ from readside.engine import create_read_engine
 from readside.migrate import upgrade
 from runtime.settings import Settings
 from sagas.contracts import orders as oc
+from sagas.definitions.order_saga import OrderSaga
 from sagas.messages import Envelope
 from sagas.projections.enrollments import ENROLLMENTS
 from sagas.projections.orders import ORDERS
 from services.operator import actions
-from services.operator.definitions import definitions
+from services.operator.definitions import definitions, kit_sagas
 
+from . import versions_example
 from .test_console_sagas import enrollment, order
+from .versions_example import OrderSagaV2
 
 pytestmark = pytest.mark.unit
 SAGAS = definitions(Settings())
@@ -46,9 +49,11 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
-def plan(engine: Engine, kind: str, given: dict[str, str]) -> actions.Action:
+def plan(
+    engine: Engine, kind: str, given: dict[str, str], sagas: Mapping[str, Any] = SAGAS
+) -> actions.Action:
     with engine.connect() as conn:
-        return actions.dry_run(conn, SAGAS, kind, given, "ops: bad batch", "key-1", NOW, 30)
+        return actions.dry_run(conn, sagas, kind, given, "ops: bad batch", "key-1", NOW, 30)
 
 
 class Kafka:
@@ -175,18 +180,26 @@ async def test_the_rest_api_plans_then_executes_and_needs_the_admin_scope(tmp_pa
         console.engine.dispose()
 
 
-def test_a_filter_by_version_plans_only_the_sagas_on_that_version(engine: Engine) -> None:
+def test_a_filter_by_version_plans_only_the_sagas_on_that_version_each_by_its_rules(
+    engine: Engine,
+) -> None:
     orders = schema.table_of(ORDERS)
     with engine.begin() as conn:
         later = orders.c.order_id.in_(["o-01", "o-03", "o-pending"])
         conn.execute(orders.update().where(later).values(version=2))
-    action = plan(engine, "compensate", {"saga_type": "order", "version": "2"})
-    assert [t.saga_id for t in action.sagas] == ["o-01", "o-03", "o-pending"]
+    # the worker runs version 2 of the order saga beside version 1 (version 2 refuses the
+    # cancel of an order past PENDING: its AUTHORIZING orders are not touched)
+    both = {**SAGAS, **kit_sagas(versions_example.domain(OrderSagaV2, OrderSaga).build(Settings()))}
+    action = plan(engine, "compensate", {"saga_type": "order", "version": "2"}, both)
+    assert [t.saga_id for t in action.sagas] == ["o-pending"]
     assert action.filter == {"saga_type": "order", "version": "2"}
-    first = plan(engine, "compensate", {"status": "AUTHORIZING", "version": "1"})
+    first = plan(engine, "compensate", {"status": "AUTHORIZING", "version": "1"}, both)
     assert [t.saga_id for t in first.sagas] == ["o-00", "o-02", "o-04", "o-05", "o-06"]
     with pytest.raises(actions.ActionError, match="a whole number from 1"):
-        plan(engine, "compensate", {"version": "latest"})
+        plan(engine, "compensate", {"version": "latest"}, both)
+    # definitions of version 1 alone cannot plan a version-2 saga: refused, never guessed
+    with pytest.raises(actions.ActionError, match="No saga definition runs version 2 of the"):
+        plan(engine, "compensate", {"saga_type": "order", "version": "2"})
 
 
 def test_the_rest_filter_takes_a_version_as_the_list_does() -> None:

@@ -62,9 +62,10 @@ async def _page(request: Request, only: str | None) -> Response:
             404, f"There is no saga type “{only[:80]}”: the types are {', '.join(found)}."
         )
     pictures: list[tuple[str, Markup, int]] = []
-    for kind, saga in found.items():
+    for kind, versions in found.items():
         if only not in (None, kind):
             continue
+        saga = versions.newest
         live = await _read(request, counts, kind, step_statuses(saga))
 
         def link(status: str, kind: str = kind) -> str:
