@@ -193,7 +193,8 @@ def counting_scrypt(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def test_an_address_that_presents_too_many_wrong_keys_gets_429_without_scrypt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    api = Api(tmp_path, api_key_failures_burst=3, api_key_failures_per_s=0.25)
+    # A slow refill: the bucket must stay empty while three scrypt runs happen on a loaded box.
+    api = Api(tmp_path, api_key_failures_burst=3, api_key_failures_per_s=0.01)
     known = api.key("commands")
     fresh = api.key("commands")
     raw = Raw(api.app)
@@ -205,9 +206,9 @@ async def test_an_address_that_presents_too_many_wrong_keys_gets_429_without_scr
     assert len(runs) == 3  # each wrong key cost one scrypt run
     status, headers, body, pulled = await raw.send("POST", "/orders", bearer(UNKNOWN))
     assert (status, pulled) == (429, False)
-    assert headers["retry-after"] == "4"  # one token at 0.25 per second
+    assert headers["retry-after"] == "100"  # one token at 0.01 per second
     assert body["message"] == (
-        "too many API keys that were not valid came from this address: at most 0.25 per "
+        "too many API keys that were not valid came from this address: at most 0.01 per "
         "second (bursts of 3); retry after the Retry-After seconds"
     )
     # A new key needs a check too, so it waits with the rest of this address ...
