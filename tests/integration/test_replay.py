@@ -221,11 +221,7 @@ async def test_a_shorter_reservation_ttl_shows_on_the_holds_asked_not_on_the_led
     held = holds(history, ledger.entity_type)
     outlived = {key for key, took in held.values() if took > ttl}
     assert len(outlived) >= 3  # the silent payments' orders held their stock for 3 s
-    asked = {
-        (h.channel, h.key): h.inputs[0].type
-        for h in history.histories
-        if h.channel in SAGAS
-    }
+    asked = {(h.channel, h.key): h.inputs[0].type for h in history.histories if h.channel in SAGAS}
 
     replay = run(settings, history, reservation_ttl_s=str(ttl.total_seconds()))
     kinds = {
