@@ -46,10 +46,9 @@ def place_actives(partitions: int, held: Mapping[str, Held], capacity: int) -> d
         raise ValueError("no worker to place partitions on")
     workers = sorted(held)
     orphans = set(range(partitions)).difference(*(held[w].actives for w in workers))
-    balance = max(partitions, 1) ** 2 + 1  # more than any sum of balance costs
-    move = balance
-    over = (partitions + 1) * move
-    fresh = (partitions + 1) * over
+    move = partitions**2 + 1  # more than any sum of balance costs (k for a k-th partition)
+    over = (partitions + 1) * move  # more than any sum of moves and balance
+    fresh = (partitions + 1) * over  # more than any sum of the three
     flow = _Flow(partitions, workers)
     for p in range(partitions):
         flow.edge(flow.source, p, 1, 0)
@@ -90,11 +89,11 @@ def standbys_kept(
 
 
 class _Flow:
-    """A minimum-cost flow network: source -> partitions -> workers (directly, or through
-    "anywhere" for a worker without a copy; a worker's "above" node for orphans above its
-    capacity) -> sink, solved by successive shortest paths
-    (Bellman-Ford: residual edges have negative costs). Small: a few edges per partition and
-    per worker's slot."""
+    """A minimum-cost flow network: source -> partitions -> workers -> sink. A partition
+    reaches a worker holding a copy directly, any worker through "anywhere", and a worker
+    above its capacity through its "above" node (orphans only). Solved by successive
+    shortest paths (Bellman-Ford: residual edges have negative costs); small, a few edges
+    per partition and per worker's slot."""
 
     def __init__(self, partitions: int, workers: list[str]) -> None:
         self._partitions = partitions
