@@ -24,7 +24,9 @@
    the operator actions' GET pages: the form of a compensation over a filter
    (``/console/actions/new?...``) and one recorded dry run's page (``/console/actions/<id>``),
    planned once before the timing through ``services.operator.actions.dry_run`` over a small
-   filter (one product's orders in flight: a few dozen sagas). No action is executed.
+   filter (one product's orders in flight on version 1: a few dozen sagas). No action is
+   executed. Every tenth saga is on version 2 of its definition (the overview then has a
+   row per version); the list filtered by version is timed too.
 
 No transfers are generated (the third domain's tables stay empty; its definition page
 counts nothing).
@@ -98,6 +100,13 @@ def _picker(weights: list[tuple[str, float]], rng: random.Random) -> Callable[[]
     return pick
 
 
+def _version(i: int) -> int:
+    """Every tenth saga on version 2 of its definition, the rest on version 1: a deploy of a
+    new version while the older one's instances are still there (no random draw, so the
+    other columns are drawn as before versions)."""
+    return 2 if i % 10 == 0 else 1
+
+
 def fill(url: str, sagas: int) -> dict[str, float]:
     """COPY the sagas in; seconds per stage."""
     import psycopg
@@ -119,7 +128,7 @@ def fill(url: str, sagas: int) -> dict[str, float]:
         with (
             cur.copy(
                 "COPY orders (order_id, customer_id, status, reason, lines, total, "
-                "payment_method, created_at, updated_at, last_sequence) FROM STDIN"
+                "payment_method, created_at, updated_at, last_sequence, version) FROM STDIN"
             ) as orders_copy,
             cur2.copy(
                 "COPY saga_timeline (saga_id, entity_key, sequence, event_type, occurred_at, "
@@ -148,6 +157,7 @@ def fill(url: str, sagas: int) -> dict[str, float]:
                         start,
                         at,
                         4,
+                        _version(i),
                     )
                 )
                 timeline.write_row((oid, f"order:{oid}", 1, "order.Placed", start, "placed"))
@@ -167,7 +177,8 @@ def fill(url: str, sagas: int) -> dict[str, float]:
         with (
             cur.copy(
                 "COPY enrollments (enrollment_id, student_id, course_id, status, "
-                "waitlist_position, reason, created_at, updated_at, last_sequence) FROM STDIN"
+                "waitlist_position, reason, created_at, updated_at, last_sequence, version) "
+                "FROM STDIN"
             ) as enrollments_copy,
             cur2.copy(
                 "COPY saga_timeline (saga_id, entity_key, sequence, event_type, occurred_at, "
@@ -192,6 +203,7 @@ def fill(url: str, sagas: int) -> dict[str, float]:
                         start,
                         at,
                         3,
+                        _version(i),
                     )
                 )
                 timeline.write_row(
@@ -264,8 +276,10 @@ async def measure(
             f"{(time.perf_counter() - started) * 1000:.1f} ms, {first.status_code}; reading "
             f"failed: {app.state.in_flight.reading.failed}"
         )
-        # One dry run (recorded, never executed) for its page: one product's orders in flight.
-        small = {"saga_type": "order", "product": "p-0007", "outcome": "in_flight"}
+        # One dry run (recorded, never executed) for its page: one product's orders in flight
+        # on version 1 (the worker's definitions here are version 1's: a version-2 saga would
+        # be refused, as it must be, since no definition of version 2 runs).
+        small = {"saga_type": "order", "product": "p-0007", "outcome": "in_flight", "version": "1"}
         started = time.perf_counter()
         with engine.connect() as conn:
             action = ops.dry_run(
@@ -315,6 +329,11 @@ async def measure(
                 console,
                 lambda: f"/console/sagas/o-{rng.randrange(600_000):07d}",
             ),
+            (
+                "console: orders on version 2, in flight",
+                console,
+                lambda: "/console/sagas?saga_type=order&version=2&outcome=in_flight",
+            ),
             ("console: failed sagas", console, lambda: "/console/failures"),
             ("console: search a customer", console, lambda: f"/console/search?q={customer()}"),
             ("console: definitions (every type)", console, lambda: "/console/definitions"),
@@ -344,6 +363,7 @@ async def measure(
             ("API: GET /sagas?customer=", api, lambda: f"/sagas?customer={customer()}"),
             ("API: GET /sagas?after= (21st page)", api, lambda: f"/sagas?after={deep}"),
             ("API: GET /sagas?limit=500", api, lambda: "/sagas?limit=500"),
+            ("API: GET /sagas?version=2", api, lambda: "/sagas?version=2"),
             ("API: GET /overview/sagas", api, lambda: "/overview/sagas"),
         ]
         for name, client, path in cases:
