@@ -120,9 +120,11 @@ bench: install
 
 # The fault harness (RELIABILITY.md): its own broker on SAGALINE_FAULTS_KAFKA_PORT (19492),
 # a PostgreSQL database of its own per cycle on the server tests use (make stack-up starts it).
+# WORKERS: worker processes in one consumer group (each with a standby of every partition).
 CYCLES ?= 30
+WORKERS ?= 1
 faults: install
-	$(BIN)/python -m faults --cycles $(CYCLES)
+	$(BIN)/python -m faults --cycles $(CYCLES) --workers $(WORKERS)
 
 clean: stop
 	rm -rf .local/worker-data .local/logs .local/sagaline.db*

@@ -1,4 +1,4 @@
-"""``python -m faults --cycles N``."""
+"""``python -m faults --cycles N [--workers N]``."""
 
 import sys
 

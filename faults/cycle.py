@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from faults.checks import Observed, ReadModels, Violation, check_all, dead_letter_sources
 from faults.history import History
-from faults.inject import PROCESS_FAULTS, Deck, Fault, Incident, Injector
+from faults.inject import PROCESS_FAULTS, Deck, Fault, Incident, Injector, pick_worker
 from faults.load import EnrollmentLoad, LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
 from faults.procs import Broker
@@ -46,15 +46,20 @@ SETTLE_TIMEOUT_S = 30.0
 
 @dataclass
 class Decks:
-    """Shared across cycles, so every kind comes up several times in a run."""
+    """Shared across cycles, so every kind comes up several times in a run; drawn from
+    generators seeded by the run's seed only, so ``--seed`` replays the plan."""
 
     process: Deck
     poison: Deck
+    workers: random.Random
+    """Which worker a worker fault hits: a generator of its own, so the decks deal the same
+    kinds for a seed whatever the number of workers."""
 
     @classmethod
-    def new(cls, rng: random.Random) -> Decks:
+    def new(cls, seed: int) -> Decks:
+        rng = random.Random(seed)
         kinds = tuple(f"{k}@{c}" for k in POISON_KINDS for c in POISON_CHANNELS)
-        return cls(Deck(PROCESS_FAULTS, rng), Deck(kinds, rng))
+        return cls(Deck(PROCESS_FAULTS, rng), Deck(kinds, rng), random.Random(f"{seed}/workers"))
 
 
 @dataclass
@@ -82,6 +87,7 @@ class Cycle:
     decks: Decks
     rng: random.Random
     load_s: float
+    workers: int = 1
     process_faults: int = 3
     poison_faults: int = 5
     t0: float = 0.0
@@ -97,11 +103,11 @@ class Cycle:
             settings = cycle_settings(
                 self.broker.bootstrap, self.run_id, self.number, self.log_dir, db_url
             )
-            stack = await asyncio.to_thread(Stack.create, settings, self.log_dir)
+            stack = await asyncio.to_thread(Stack.create, settings, self.log_dir, self.workers)
             injector = Injector(stack, self.broker, self.rng, lambda: time.monotonic() - self.t0)
             for service in stack.services:
-                if not await asyncio.to_thread(stack.start, service.command):
-                    raise RuntimeError(f"{service.command} did not start; see {service.log}")
+                if not await asyncio.to_thread(stack.start, service.name):
+                    raise RuntimeError(f"{service.name} did not start; see {service.log}")
             await injector.start()
             result = await self._exercise(stack, injector, db_url)
         finally:
@@ -156,8 +162,8 @@ class Cycle:
             observed.enrollments = enrolling.attempts
             observed.api_enrollments = await self._get_enrollments(http, enrolling)
         violations = check_all(observed) + [
-            Violation("store-ahead-of-changelog", "worker tables", m)
-            for m in injector.store_mismatches
+            Violation("store-ahead-of-changelog", f"{worker} tables", m)
+            for worker, m in injector.store_mismatches
         ]
         violations += [v for load in loads for v in load.violations(observed.history)]
         accepted = driver.accepted
@@ -170,7 +176,7 @@ class Cycle:
             accepted=len(accepted),
             final=sum(1 for a in accepted if api_orders.get(a.order_id, {}).get("final")),
             violations=violations,
-            logs=[str(s.log_dir / f"{s.command}-*.log") for s in stack.services]
+            logs=[str(s.log_dir / f"{s.name}-*.log") for s in stack.services]
             + [str(self.broker.home / "logs" / "server.log")],
             client_stats=dict(sum((load.stats for load in loads), driver.stats + enrolling.stats)),
             enrollments_accepted=len(enrolling.accepted),
@@ -231,14 +237,16 @@ class Cycle:
         poisons = [self.decks.poison.deal() for _ in range(self.poison_faults)]
         times = sorted(self.rng.uniform(1.0, window) for _ in poisons)
 
+        targets = [pick_worker(fault, self.workers, self.decks.workers) for fault in plan]
+
         async def process_faults() -> None:
-            for i, fault in enumerate(plan):
+            for i, (fault, target) in enumerate(zip(plan, targets, strict=True)):
                 await asyncio.sleep(self.rng.uniform(1.0, max(1.0, window / len(plan) - 3.0)))
                 if injector.clock() >= window:
                     for rest in reversed(plan[i:]):
                         self.decks.process.put_back(rest)
                     return
-                await injector.process_fault(fault)
+                await injector.process_fault(fault, target)
 
         async def poison_records() -> None:
             for at, card in zip(times, poisons, strict=True):
@@ -251,7 +259,7 @@ class Cycle:
     async def _all_up(self, stack: Stack) -> None:
         for service in stack.services:
             if not service.alive():
-                await asyncio.to_thread(stack.start, service.command)
+                await asyncio.to_thread(stack.start, service.name)
 
     async def _drain(
         self, http: httpx.AsyncClient, driver: LoadDriver

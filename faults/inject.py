@@ -31,9 +31,18 @@ from runtime.topics import table_name
 from sagas.catalog import channel as catalog_channel
 from sagas.catalog import running_channels
 from sagas.machinery.record import Record
-from services.worker.faust_seam import table_dirs
+from services.worker.faust_seam import partition_stores, table_dirs
 
 PROCESS_FAULTS = ("kill-worker", "kill-projector", "kill-api", "stop-worker", "kill-broker")
+WORKER_FAULTS = ("kill-worker", "stop-worker")
+
+
+def pick_worker(kind: str, workers: int, rng: random.Random) -> int | None:
+    """Which of ``workers`` worker processes a worker fault hits (its index, drawn uniformly
+    from ``rng``); None, drawing nothing, for a fault of another kind."""
+    if kind not in WORKER_FAULTS:
+        return None
+    return rng.randrange(workers)
 
 
 @dataclass(frozen=True)
@@ -81,9 +90,9 @@ class Injector:
     faults: list[Fault] = field(default_factory=list)
     poisons: list[PoisonRecord] = field(default_factory=list)
     incidents: list[Incident] = field(default_factory=list)
-    store_mismatches: list[str] = field(default_factory=list)
-    """After a worker SIGKILL: keys its table stores would recover differently from their
-    changelogs (see faults/stores.py); each one is a violation."""
+    store_mismatches: list[tuple[str, str]] = field(default_factory=list)
+    """After a worker SIGKILL: (worker, key) for each key its table stores would recover
+    differently from their changelogs (see faults/stores.py); each one is a violation."""
     broker_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _producer: AIOKafkaProducer | None = None
     _poison_count: int = 0
@@ -105,30 +114,38 @@ class Injector:
 
     # --- process faults ---------------------------------------------------------------
 
-    async def process_fault(self, kind: str) -> None:
+    async def process_fault(self, kind: str, worker: int | None = None) -> None:
+        """``worker``: which worker a worker fault hits (:func:`pick_worker`; the first if
+        not given)."""
         at = self.clock()
         if kind == "kill-broker":
             # No poison record is written while the broker is down: a send that failed
             # half-way could land at an offset the harness never learnt.
             async with self.broker_lock:
-                detail = await asyncio.to_thread(self._process_fault, kind)
+                detail = await asyncio.to_thread(self._process_fault, kind, worker)
         else:
-            detail = await asyncio.to_thread(self._process_fault, kind)
+            detail = await asyncio.to_thread(self._process_fault, kind, worker)
         self.faults.append(Fault(kind, at, detail))
 
-    def _process_fault(self, kind: str) -> str:
+    def _process_fault(self, kind: str, index: int | None) -> str:
         stack = self.stack
+        target = stack.workers[index or 0]
+        who = f"{target.name}: " if len(stack.workers) > 1 else ""
         match kind:
             case "kill-worker":
-                return self._kill_restart(
-                    stack.worker, stack.start_worker, 1.0, 3.0, self._check_worker_stores
+                return who + self._kill_restart(
+                    target,
+                    lambda: stack.start(target.name),
+                    1.0,
+                    3.0,
+                    lambda: self._check_worker_stores(target),
                 )
             case "kill-projector":
                 return self._kill_restart(stack.projector, stack.start_projector, 0.5, 2.0)
             case "kill-api":
                 return self._kill_restart(stack.api, stack.start_api, 0.5, 2.0)
             case "stop-worker":
-                worker = stack.worker
+                worker = target
                 pid = worker.pid
                 pause = SESSION_TIMEOUT_S + self.rng.uniform(2.0, 6.0)
                 worker.expected_down = True
@@ -136,7 +153,7 @@ class Injector:
                 pause_unless_aborted(pause)
                 worker.signal(signal.SIGCONT)
                 worker.expected_down = False
-                return f"SIGSTOP pid {pid} for {pause:.1f} s, then SIGCONT"
+                return f"{who}SIGSTOP pid {pid} for {pause:.1f} s, then SIGCONT"
             case "kill-broker":
                 down = self.rng.uniform(5.0, 30.0)
                 broker_pid = self.broker.pid()
@@ -173,19 +190,24 @@ class Injector:
         state = f"back in {took:.1f} s" if ready else f"NOT ready after {took:.1f} s"
         return f"SIGKILL pid {pid}, down {down:.1f} s, restarted ({state}){checked}"
 
-    def _check_worker_stores(self) -> str:
+    def _check_worker_stores(self, worker: Service) -> str:
         """Recover the dead worker's tables the way Faust will (its local RocksDB, opened
-        read-only, plus the changelogs) and compare them with the changelogs."""
-        settings = self.stack.settings
+        read-only, plus the changelogs) and compare them with the changelogs: every table
+        partition it holds a store of (active or standby, now or before a rebalance)."""
+        settings = self.stack.worker_settings[worker.name]
         dirs = table_dirs(settings.data_dir)
         if not dirs:
             return "no table store yet"
+        held = sorted({partition for _, partition, _ in partition_stores(dirs[0])})
         try:
             found = asyncio.run(_all_mismatches(settings, dirs[0]))
         except Exception as exc:  # the harness must go on; the check could not run
             return f"store check failed to run ({type(exc).__name__}: {exc})"
-        self.store_mismatches.extend(str(m) for m in found)
-        return f"store check: {len(found)} key(s) would recover unlike their changelog"
+        self.store_mismatches.extend((worker.name, str(m)) for m in found)
+        return (
+            f"store check of partitions {held}: {len(found)} key(s) would recover unlike "
+            "their changelog"
+        )
 
     # --- poison -------------------------------------------------------------------------
 
@@ -229,13 +251,13 @@ class Injector:
             for service in self.stack.services:
                 if service.alive() or service.expected_down or service.proc is None:
                     continue
-                if time.monotonic() - last_restart.get(service.command, 0.0) < 3.0:
+                if time.monotonic() - last_restart.get(service.name, 0.0) < 3.0:
                     continue
-                last_restart[service.command] = time.monotonic()
+                last_restart[service.name] = time.monotonic()
                 self.incidents.append(
-                    Incident(service.command, service.exit_code(), str(service.log), self.clock())
+                    Incident(service.name, service.exit_code(), str(service.log), self.clock())
                 )
-                await asyncio.to_thread(self.stack.start, service.command)
+                await asyncio.to_thread(self.stack.start, service.name)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
 

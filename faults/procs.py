@@ -42,13 +42,17 @@ def _die_with_parent() -> None:
 class Service:
     """``python -m sagaline.cli <command>`` as a real process that faults can hit."""
 
-    def __init__(self, command: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, command: str, env: dict[str, str], log_dir: Path, name: str | None = None
+    ) -> None:
         self.command = command
+        self.name = name or command
+        """Which one it is (``worker2`` among several workers); names its logs."""
         self.env = env
         self.log_dir = log_dir
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self.log = log_dir / f"{command}-0.log"
+        self.log = log_dir / f"{self.name}-0.log"
         self.expected_down = False
         """True while a fault holds it down: the supervisor must not count that as a crash."""
         self.stopped = False
@@ -56,7 +60,7 @@ class Service:
 
     def start(self) -> None:
         self.starts += 1
-        self.log = self.log_dir / f"{self.command}-{self.starts}.log"
+        self.log = self.log_dir / f"{self.name}-{self.starts}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sagaline.cli", self.command],

@@ -81,7 +81,9 @@ def violation_lines(violations: Iterable[Violation]) -> list[str]:
     return lines
 
 
-def summary(results: list[CycleResult], cycles: int, aborted: str | None) -> list[str]:
+def summary(
+    results: list[CycleResult], cycles: int, aborted: str | None, workers: int = 1
+) -> list[str]:
     faults = Counter(f.kind for r in results for f in r.faults)
     process = {k: n for k, n in faults.items() if not k.startswith("poison:")}
     poison = {k.removeprefix("poison:"): n for k, n in faults.items() if k.startswith("poison:")}
@@ -89,7 +91,8 @@ def summary(results: list[CycleResult], cycles: int, aborted: str | None) -> lis
     incidents = Counter(i.service for r in results for i in r.incidents)
     accepted = sum(r.accepted for r in results)
     lines = [
-        f"SUMMARY: {len(results)}/{cycles} cycles, {accepted} orders accepted, "
+        f"SUMMARY: {len(results)}/{cycles} cycles, {workers} worker process"
+        f"{'es' if workers > 1 else ''}, {accepted} orders accepted, "
         f"{sum(r.final for r in results)} final, {sum(violations.values())} violations",
         f"  process faults: {dict(sorted(process.items()))}",
         f"  poison records: {dict(sorted(poison.items()))} ({sum(poison.values())} in all)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -54,7 +55,14 @@ async def _interruptible(cycle: Cycle) -> CycleResult:
             raise Interrupted("signal during a cycle")
 
 
-def main(cycles: int, seed: int | None, load_s: float, port: int, controller_port: int) -> int:
+def main(
+    cycles: int,
+    seed: int | None,
+    load_s: float,
+    port: int,
+    controller_port: int,
+    workers: int = 1,
+) -> int:
     run_id = time.strftime("%H%M%S") + uuid.uuid4().hex[:4]
     run_dir = REPO / ".local" / "faults" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,16 +85,21 @@ def main(cycles: int, seed: int | None, load_s: float, port: int, controller_por
     broker = Broker(BROKER_HOME, port, controller_port, run_dir / "broker-script.log")
     results: list[CycleResult] = []
     aborted: str | None = None
-    say(f"faults run {run_id}: {cycles} cycles, seed {seed}, logs in {run_dir}")
+    say(
+        f"faults run {run_id}: {cycles} cycles, seed {seed}, {workers} worker process"
+        f"{'es' if workers > 1 else ''}, logs in {run_dir}"
+    )
     try:
         broker.reset()  # whatever an earlier, interrupted run left behind
         broker.start()
-        # The decks get a generator of their own, so a seed replays which faults each cycle
-        # draws; the load and the fault timing draw from a per-cycle one (timing varies).
-        decks = Decks.new(random.Random(seed))
+        # The decks get generators of their own, so a seed replays which faults each cycle
+        # draws (and which worker each worker fault hits); the load and the fault timing
+        # draw from a per-cycle one (timing varies).
+        decks = Decks.new(seed)
         for n in range(1, cycles + 1):
             rng = random.Random(f"{seed}/{n}")
-            cycle = Cycle(n, run_id, broker, run_dir / f"cycle-{n:02d}", decks, rng, load_s)
+            cycle_dir = run_dir / f"cycle-{n:02d}"
+            cycle = Cycle(n, run_id, broker, cycle_dir, decks, rng, load_s, workers)
             result = asyncio.run(_interruptible(cycle))
             results.append(result)
             say(cycle_line(result, cycles))
@@ -104,7 +117,7 @@ def main(cycles: int, seed: int | None, load_s: float, port: int, controller_por
         except Exception as exc:
             say(f"could not stop the private broker: {exc}")
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    lines = summary(results, cycles, aborted)
+    lines = summary(results, cycles, aborted, workers)
     for line in lines:
         say(line)
     (run_dir / "summary.txt").write_text("\n".join(lines) + "\n")
@@ -115,11 +128,23 @@ def main(cycles: int, seed: int | None, load_s: float, port: int, controller_por
     return 1 if failed else 0
 
 
-def cli(argv: list[str] | None = None) -> int:
-    import argparse
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
 
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m faults", description=__doc__)
     parser.add_argument("--cycles", type=int, default=30)
+    parser.add_argument(
+        "--workers",
+        type=_at_least_one,
+        default=1,
+        help="worker processes in the consumer group, each with its own data directory and "
+        "one standby of every table partition; a worker fault hits one of them at random",
+    )
     parser.add_argument(
         "--seed",
         type=int,
@@ -135,8 +160,14 @@ def cli(argv: list[str] | None = None) -> int:
         type=int,
         default=int(os.environ.get("SAGALINE_FAULTS_KAFKA_CONTROLLER_PORT", "19493")),
     )
-    args = parser.parse_args(argv)
-    return main(args.cycles, args.seed, args.load_seconds, args.port, args.controller_port)
+    return parser.parse_args(argv)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return main(
+        args.cycles, args.seed, args.load_seconds, args.port, args.controller_port, args.workers
+    )
 
 
 if __name__ == "__main__":

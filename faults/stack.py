@@ -1,4 +1,6 @@
-"""One cycle's Sagaline: its own topics, database, data dir and ports; worker, projector, API.
+"""One cycle's Sagaline: its own topics, database, data dirs and ports; N workers (one by
+default; several form one consumer group, each with its own data dir and web port, and one
+standby of every table partition), a projector, an API.
 
 Timing settings, and why (see also RELIABILITY.md):
 
@@ -30,6 +32,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +97,9 @@ def cycle_settings(
         "api_port": free_port(),
         "api_host": "127.0.0.1",
         "session_timeout_s": SESSION_TIMEOUT_S,
+        # With several workers every table partition has a copy on another one (with one
+        # worker there is nowhere to put it: no cost).
+        "table_standby_replicas": 1,
         "step_timeout_s": STEP_TIMEOUT_S,
         "reservation_ttl_s": RESERVATION_TTL_S,
         "retire_after_s": RETIRE_AFTER_S,
@@ -161,24 +167,41 @@ def run_cli(env: dict[str, str], log: Path, *args: str) -> None:
         )
 
 
+def worker_names(workers: int) -> list[str]:
+    """``worker`` alone (its logs ``worker-1.log``, ... as they always were), else
+    ``worker1`` ... ``workerN``."""
+    return ["worker"] if workers == 1 else [f"worker{i}" for i in range(1, workers + 1)]
+
+
 @dataclass
 class Stack:
     settings: Settings
-    worker: Service
+    workers: tuple[Service, ...]
     projector: Service
     api: Service
+    worker_settings: dict[str, Settings]
+    """Each worker's settings by its name: its own data dir and web port."""
 
     @classmethod
-    def create(cls, settings: Settings, log_dir: Path) -> Stack:
+    def create(cls, settings: Settings, log_dir: Path, workers: int = 1) -> Stack:
         cycle_api_key(settings)  # before the API starts, so it starts with a key
         env = settings_env(settings)
         run_cli(env, log_dir / "setup.log", "topics", "create")
         run_cli(env, log_dir / "setup.log", "db", "upgrade")
+        mine = {
+            name: settings
+            if workers == 1
+            else settings.model_copy(
+                update={"data_dir": log_dir / f"{name}-data", "worker_web_port": free_port()}
+            )
+            for name in worker_names(workers)
+        }
         return cls(
             settings,
-            Service("worker", env, log_dir),
+            tuple(Service("worker", settings_env(s), log_dir, name) for name, s in mine.items()),
             Service("projector", env, log_dir),
             Service("api", env, log_dir),
+            mine,
         )
 
     @property
@@ -187,11 +210,14 @@ class Stack:
 
     @property
     def services(self) -> tuple[Service, ...]:
-        return (self.worker, self.projector, self.api)
+        return (*self.workers, self.projector, self.api)
 
-    def start_worker(self, timeout: float = 120) -> bool:
-        self.worker.start()
-        return self.worker.wait_for_log("Ready", timeout)
+    def service(self, name: str) -> Service:
+        return next(s for s in self.services if s.name == name)
+
+    def start_worker(self, worker: Service, timeout: float = 120) -> bool:
+        worker.start()
+        return worker.wait_for_log("Ready", timeout)
 
     def start_projector(self) -> bool:
         self.projector.start()
@@ -202,12 +228,17 @@ class Stack:
         return self.api.wait_http(f"{self.api_url}/healthz", timeout)
 
     def start(self, name: str) -> bool:
-        if name == "worker":
-            return self.start_worker()
-        if name == "projector":
+        service = self.service(name)
+        if service.command == "worker":
+            return self.start_worker(service)
+        if service.command == "projector":
             return self.start_projector()
         return self.start_api()
 
     def stop_all(self) -> None:
-        for service in self.services:
-            service.terminate()
+        """The workers together (each stopping one would rebalance the others in turn),
+        then the projector and the API."""
+        with ThreadPoolExecutor(len(self.workers)) as pool:
+            list(pool.map(Service.terminate, self.workers))
+        self.projector.terminate()
+        self.api.terminate()

@@ -87,17 +87,17 @@ async def recovery_mismatches(
 ) -> list[Mismatch | Unreadable]:
     """Every key of ``table`` whose value after Faust's recovery would differ from the last
     value its changelog holds; and, given the table's ``record_type``, every record of the
-    recovered store that does not decode (the key is neither retired nor not retired)."""
+    recovered store that does not decode (the key is neither retired nor not retired).
+    Only the partitions ``tables_dir`` holds a store of: among several workers, the ones
+    this worker held (active or standby); a partition without one recovers from the
+    changelog alone, equal to it by construction."""
     changelog = f"{app_id}-{table}-changelog"
     records = await read_topic(bootstrap, changelog)
-    partitions = {r.partition for r in records} | {
-        partition for _, partition, _ in partition_stores(tables_dir, table)
-    }
+    partitions = {partition for _, partition, _ in partition_stores(tables_dir, table)}
     found: list[Mismatch | Unreadable] = []
     for partition in sorted(partitions):
         mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
-        path = partition_path(tables_dir, table, partition)
-        recovered, persisted = read_local(path) if path.exists() else ({}, None)
+        recovered, persisted = read_local(partition_path(tables_dir, table, partition))
         last: dict[bytes, bytes | None] = {}
         for r in mine:
             assert r.key is not None, f"{changelog}[{partition}]@{r.offset} has no key"
