@@ -5,20 +5,22 @@ Faust's assignor keeps every active where it was within a capacity of ceil(parti
 workers), then places the others one by one, promoting a standby only if its holder is
 under that capacity; when the standbys of a dead worker's partitions sit on one survivor, one
 of them goes to a worker with no copy, which replays its changelog from offset 0. Here the
-actives are placed all at once, as a minimum-cost flow, by these costs in this order (each
-one outweighs every sum of the next ones):
+actives are placed all at once, as a minimum-cost flow, no worker above the capacity, by
+these costs in this order (each one outweighs every sum of the next ones):
 
 1. a partition on a worker with no copy of it (a replay from offset 0);
-2. a worker's actives above the capacity (only a dead worker's partitions, on a worker that
-   stood by for them, go above it);
-3. a partition moved to another worker that holds it (a standby's holder: its changelog's
+2. a partition moved to another worker that holds it (a standby's holder: its changelog's
    tail only, a handover);
-4. balance within the capacity (a worker's k-th partition costs k).
+3. balance within the capacity (a worker's k-th partition costs k).
 
 So a dead worker's partitions go to their standbys' holders even if that means moving a
-survivor's active to the holder of its standby to stay within the capacity, and go above the
-capacity rather than to a worker without a copy; a worker that joins with nothing still
-gets what the capacity forces off the others (a replay there is the price of joining).
+survivor's active to the holder of its standby to stay within the capacity; a worker that
+joins with nothing gets what the capacity forces off the others (a replay there is the
+price of joining). The capacity is a bound, never a cost: Faust places the standbys after
+the actives, at most ``capacity x replicas`` a worker and never beside the partition's
+active, and a worker above the capacity can leave its partitions' standbys nowhere to go
+(Faust's round robin then loops for ever on the group leader's consumer thread: the fault
+harness with three workers found it, a restarted empty worker beside one holding every copy).
 Pure: no Faust; ``faust_seam`` applies it to Faust's assignor.
 """
 
@@ -37,18 +39,13 @@ class Held:
 
 
 def place_actives(partitions: int, held: Mapping[str, Held], capacity: int) -> dict[str, set[int]]:
-    """Each worker's actives: every partition once, by the costs of the module's docstring;
-    ties go the same way for the same input (workers in sorted order). A worker goes above
-    ``capacity`` only with orphans (partitions no worker was active for: a dead worker's) it
-    held a standby of, so a worker that joins with nothing still gets what the capacity
-    forces off the others."""
+    """Each worker's actives, at most ``capacity``: every partition once, by the costs of the
+    module's docstring; ties go the same way for the same input (workers in sorted order)."""
     if not held:
         raise ValueError("no worker to place partitions on")
     workers = sorted(held)
-    orphans = set(range(partitions)).difference(*(held[w].actives for w in workers))
     move = partitions**2 + 1  # more than any sum of balance costs (k for a k-th partition)
-    over = (partitions + 1) * move  # more than any sum of moves and balance
-    fresh = (partitions + 1) * over  # more than any sum of the three
+    fresh = (partitions + 1) * move  # more than any sum of moves and balance
     flow = _Flow(partitions, workers)
     for p in range(partitions):
         flow.edge(flow.source, p, 1, 0)
@@ -57,14 +54,11 @@ def place_actives(partitions: int, held: Mapping[str, Held], capacity: int) -> d
                 flow.edge(p, flow.worker(w), 1, 0)
             elif p in held[w].standbys:
                 flow.edge(p, flow.worker(w), 1, move)
-                if p in orphans:
-                    flow.edge(p, flow.above(w), 1, move)
         flow.edge(p, flow.anywhere, 1, fresh)
     for w in workers:
         flow.edge(flow.anywhere, flow.worker(w), capacity, 0)
         for k in range(capacity):
             flow.edge(flow.worker(w), flow.sink, 1, k)
-        flow.edge(flow.above(w), flow.sink, partitions, over)
     flow.run(partitions)
     return flow.placements()
 
@@ -90,16 +84,16 @@ def standbys_kept(
 
 class _Flow:
     """A minimum-cost flow network: source -> partitions -> workers -> sink. A partition
-    reaches a worker holding a copy directly, any worker through "anywhere", and a worker
-    above its capacity through its "above" node (orphans only). Solved by successive
+    reaches a worker holding a copy directly and any worker through "anywhere"; a worker
+    passes at most its capacity on to the sink. Solved by successive
     shortest paths (Bellman-Ford: residual edges have negative costs); small, a few edges
     per partition and per worker's slot."""
 
     def __init__(self, partitions: int, workers: list[str]) -> None:
         self._partitions = partitions
         self.source, self.sink, self.anywhere = partitions, partitions + 1, partitions + 2
-        self._workers = {w: partitions + 3 + 2 * i for i, w in enumerate(workers)}
-        self._out: list[list[int]] = [[] for _ in range(partitions + 3 + 2 * len(workers))]
+        self._workers = {w: partitions + 3 + i for i, w in enumerate(workers)}
+        self._out: list[list[int]] = [[] for _ in range(partitions + 3 + len(workers))]
         self._to: list[int] = []
         self._room: list[int] = []
         self._cost: list[int] = []
@@ -107,10 +101,6 @@ class _Flow:
     def worker(self, w: str) -> int:
         """Partitions reach a worker here, within its capacity."""
         return self._workers[w]
-
-    def above(self, w: str) -> int:
-        """Orphans reach a worker here, above its capacity."""
-        return self._workers[w] + 1
 
     def edge(self, a: int, b: int, room: int, cost: int) -> None:
         """An edge and its residual twin (edge ``e`` and ``e ^ 1``)."""
@@ -165,7 +155,7 @@ class _Flow:
     def placements(self) -> dict[str, set[int]]:
         """Each worker's partitions: those that reached it directly, and as many of those
         that went "anywhere" as "anywhere" sent it (any of them: all cost the same)."""
-        by_node = {n: w for w, node in self._workers.items() for n in (node, node + 1)}
+        by_node = {node: w for w, node in self._workers.items()}
         placed: dict[str, set[int]] = {w: set() for w in self._workers}
         fresh = []
         for p in range(self._partitions):
