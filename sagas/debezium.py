@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from sagas.contracts.legacy import ROW_MODELS, RowChanged
 from sagas.messages import _describe
-from sagas.untrusted import ContractError, bounded, parse_object
+from sagas.untrusted import ContractError, bounded, is_digits, parse_object
 
 SCHEMA = "school"
 """The legacy schema whose tables the correlator follows."""
@@ -142,7 +142,7 @@ def decode_transaction_marker(raw: bytes | str | None) -> TransactionMarker:
         raise ContractError(f"transaction marker: unknown status {bounded(repr(status), 40)}")
     # Debezium 3.1 writes the id as "<txId>:<lsn>"; older versions as "<txId>".
     tx_text = ident.split(":", 1)[0] if isinstance(ident, str) else ""
-    if not tx_text.isdigit() or len(tx_text) > 19:
+    if not is_digits(tx_text) or len(tx_text) > 19:
         raise ContractError(f"transaction marker: bad id {bounded(repr(ident), 60)}")
     if status == "BEGIN":
         return TransactionMarker("BEGIN", int(tx_text), None, ())

@@ -56,6 +56,12 @@ class JsonRefused(ValueError):
         self.too_deep = problem == _NESTED_TOO_DEEP
 
 
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is one or more of the ASCII digits 0-9: what ``int`` reads as written.
+    ``str.isdigit`` also takes '²' and other digits that ``int`` refuses with a ValueError."""
+    return text.isascii() and text.isdigit()
+
+
 def bounded(text: str, limit: int = MAX_REASON_LENGTH) -> str:
     """``text`` on one line, control characters escaped, cut to ``limit`` characters."""
     head = text[: limit * 4]  # never escape a megabyte just to throw most of it away

@@ -45,6 +45,7 @@ from sqlalchemy import Connection
 from readside import queries
 from sagas.catalog import READ_MODELS, SAGA_TYPES
 from sagas.projections.declare import SagaType
+from sagas.untrusted import is_digits
 
 OUTCOMES = ("in_flight", "stuck", "finished", "compensated", "failed")
 DEFAULT_LIMIT = 50
@@ -280,7 +281,7 @@ def parse(params: Mapping[str, str]) -> SagaFilter:
         after = Cursor.decode(cursor)
     limit = DEFAULT_LIMIT
     if (text := _text(params, "limit")) is not None:
-        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        if not is_digits(text) or not 1 <= int(text) <= MAX_LIMIT:
             raise FilterError(f"The limit must be a whole number from 1 to {MAX_LIMIT}.")
         limit = int(text)
     given = {k: v.strip() for k, v in params.items() if v.strip() and k not in ("after",)}
@@ -303,7 +304,7 @@ def _version(params: Mapping[str, str]) -> int | None:
     text = _text(params, "version")
     if text is None:
         return None
-    if not text.isdigit() or not 1 <= int(text) <= MAX_VERSION:
+    if not is_digits(text) or not 1 <= int(text) <= MAX_VERSION:
         raise FilterError(
             "The version is the version of a saga's definition, a whole number from 1 "
             f"to {MAX_VERSION} (1 for a saga from before versions)."

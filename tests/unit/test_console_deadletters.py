@@ -186,7 +186,7 @@ async def test_past_the_topics_start_the_page_says_what_is_kept(
     assert _shown(newest.text)[0] == 1000 + LETTERS - 1
 
 
-@pytest.mark.parametrize("before", ["-1", "x", "1" * 19, "1.5"])
+@pytest.mark.parametrize("before", ["-1", "x", "1" * 19, "1.5", "\u00b2"])  # "²" looks like a digit
 async def test_a_malformed_page_offset_is_a_400_with_a_sentence(
     console: tuple[Console, FakeDesk], before: str
 ) -> None:

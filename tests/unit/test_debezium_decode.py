@@ -195,6 +195,7 @@ def test_garbage_is_a_contract_error_with_a_bounded_reason(raw: str | bytes, rea
         None,
         "{}",
         '{"status": "BEGIN", "id": "x:1"}',
+        '{"status": "BEGIN", "id": "\u00b2:1"}',  # "²": str.isdigit() takes it, int() not
         '{"status": "END", "id": "5:1"}',
         '{"status": "END", "id": "5", "event_count": 1, "data_collections": [3]}',
     ],

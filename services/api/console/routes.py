@@ -29,6 +29,7 @@ from runtime.kafka_security import KafkaUnreachable
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, EVENTS
 from sagas.catalog import SAGA_TYPES
+from sagas.untrusted import is_digits
 from services import deadletters
 from services.api import saga_list
 from services.api.console import charts, data, session
@@ -416,7 +417,7 @@ def _offset(text: str | None, what: str) -> int | None:
     """An offset a page or form sent: digits, or nothing."""
     if text is None or text == "":
         return None
-    if not text.isdigit() or len(text) > MAX_OFFSET_DIGITS:
+    if not is_digits(text) or len(text) > MAX_OFFSET_DIGITS:
         raise ConsoleError(400, f"The {what} offset must be a whole number, like 120.")
     return int(text)
 
@@ -465,7 +466,7 @@ async def redrive(request: Request, letter_offset: str) -> Response:
         raise ConsoleError(
             403, f"API key {who.key_id} has no 'admin' scope: re-driving a letter needs it."
         )
-    if not letter_offset.isdigit() or len(letter_offset) > MAX_OFFSET_DIGITS:
+    if not is_digits(letter_offset) or len(letter_offset) > MAX_OFFSET_DIGITS:
         raise ConsoleError(404, "There is no dead letter at that offset.")
     before = _offset(form.get("before"), "page's")
     try:
