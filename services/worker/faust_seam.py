@@ -116,6 +116,45 @@ def after_seek_to_committed(app: faust.App, then: Callable[[], Awaitable[None]])
     consumer.perform_seek = perform_seek  # type: ignore[method-assign]
 
 
+def keep_standby_changelog_on_resume(app: faust.App) -> None:
+    """Stop Faust from throwing away a standby's changelog records when flow resumes.
+
+    Faust's changelog queue is cleared whenever ``app.flow_control.resume()`` runs
+    (``clear_on_resume=True``, faust/tables/manager.py), and its recovery resumes flow again
+    after it has resumed the standby partitions and awaited the tables' callbacks and the
+    stream partitions' seek (faust/tables/recovery.py, ``on_recovery_completed``). What the
+    fetcher queued for a standby in between is dropped while the consumer's position has
+    moved past it: the standby applies the later records, its persisted offset runs ahead
+    of its store, and a promotion reads nothing again (RELIABILITY.md, "A worker lost among
+    three"). The queue's ``clear`` is replaced by one that keeps the records a standby
+    partition still assigned here has not applied yet, in their order. Keeping them cannot
+    leave a gap: they follow what was applied, in fetch order, and a later seek of the
+    partition only goes back to its persisted offset, whose records ``_slurp_changelogs``
+    skips as already seen. Everything else is dropped, as Faust does: records of active
+    partitions are read again from their sought offsets, records of partitions no longer
+    held here must not be applied at all."""
+    tables: Any = app.tables  # the TableManager; its interface lacks the queue and recovery
+    queue = tables.changelog_queue
+    pending = queue._queue  # asyncio.Queue's deque, which mode's own ``clear`` empties
+
+    def clear() -> None:
+        recovery = tables._recovery  # None until Faust's first rebalance made it
+        kept = [event for event in pending if _standby_owes(recovery, event.message)]
+        pending.clear()
+        pending.extend(kept)
+
+    queue.clear = clear
+
+
+def _standby_owes(recovery: Any, message: Any) -> bool:
+    """Whether ``message`` is a changelog record of a partition this process holds as a
+    standby and has not applied yet (its offset above the highest applied)."""
+    if recovery is None or message.tp not in recovery.standby_tps:
+        return False
+    applied = recovery.standby_offsets.get(message.tp)
+    return applied is None or message.offset > applied
+
+
 def changing_hands(app: faust.App) -> bool:
     """Whether partitions are moving (``app.rebalancing``) or tables recovering
     (``app.in_recovery``): Faust's own flags, set by its rebalance and recovery services."""
