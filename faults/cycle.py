@@ -76,6 +76,9 @@ class CycleResult:
     client_stats: dict[str, int] = field(default_factory=dict)
     enrollments_accepted: int = 0
     enrollments_settled: int = 0
+    store_check: str = ""
+    """What the end-of-cycle check of every worker's stores read (its findings are among
+    the violations)."""
 
 
 @dataclass
@@ -161,6 +164,7 @@ class Cycle:
             observed = await self._observe(stack, injector, driver, http, api_orders, db_url, loads)
             observed.enrollments = enrolling.attempts
             observed.api_enrollments = await self._get_enrollments(http, enrolling)
+            store_check = await asyncio.to_thread(injector.check_every_worker_store)
         violations = check_all(observed) + [
             Violation("store-ahead-of-changelog", f"{worker} tables", m)
             for worker, m in injector.store_mismatches
@@ -180,6 +184,7 @@ class Cycle:
             + [str(self.broker.home / "logs" / "server.log")],
             client_stats=dict(sum((load.stats for load in loads), driver.stats + enrolling.stats)),
             enrollments_accepted=len(enrolling.accepted),
+            store_check=store_check,
             enrollments_settled=sum(
                 1
                 for a in enrolling.accepted

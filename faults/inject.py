@@ -209,6 +209,22 @@ class Injector:
             "their changelog"
         )
 
+    def check_every_worker_store(self) -> str:
+        """At a cycle's end, every worker's table stores, standbys' included, judged the way
+        the store check judges a killed worker's: the workers are frozen together (SIGSTOP:
+        none writes while its files and the changelogs are read; a frozen writer is a dead
+        one to a read-only open), each one's stores recovered as Faust would and compared
+        with the changelogs, then thawed. A standby whose persisted offset ran ahead of its
+        store (a dropped fetch, RELIABILITY.md) shows here even if no promotion used it."""
+        alive = [w for w in self.stack.workers if w.alive()]
+        for worker in alive:
+            worker.signal(signal.SIGSTOP)
+        try:
+            return "; ".join(f"{w.name}: {self._check_worker_stores(w)}" for w in alive)
+        finally:
+            for worker in alive:
+                worker.signal(signal.SIGCONT)
+
     # --- poison -------------------------------------------------------------------------
 
     async def poison(self, kind: str, channel: str) -> PoisonRecord:

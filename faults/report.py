@@ -32,6 +32,8 @@ def cycle_details(r: CycleResult) -> list[str]:
     faults = sorted(r.faults, key=lambda f: f.at)
     lines = [f"  fault at {f.at:5.1f} s: {f.kind} ({f.detail})" for f in faults]
     lines += incident_lines(r)
+    if r.store_check:
+        lines.append(f"  stores at the end: {r.store_check}")
     if r.client_stats:
         lines.append(f"  client: {dict(sorted(r.client_stats.items()))}")
     lines += violation_lines(r.violations)
