@@ -9,12 +9,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install stack-up stack-down browser run stop demo test test-unit lint format bench faults clean
 
-# The virtualenv, the Kafka Connect + Debezium jars (legacy CDC) and the Spark rebuild's jars
-# (for the pinned pyspark, checked against its own): nothing downloads at run time, so
+# The virtualenv, the Kafka Connect + Debezium jars (legacy CDC), the Spark rebuild's jars
+# (for the pinned pyspark, checked against its own) and Jaeger v2 (the local trace backend,
+# built once from the Go module proxy, ~6 minutes on 2 cores; a clone on a machine that built
+# it copies the binary from the per-user cache): nothing downloads at run time, so
 # `sagaline rebuild` works right after `make run`. (Kafka's jars come with kafka.sh start.)
 install: $(STAMP)
 	@deploy/local/connect.sh fetch
 	@deploy/local/spark.sh fetch
+	@deploy/local/jaeger.sh build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +44,7 @@ lint: compose
 
 stack-down:
 	deploy/local/stack.sh down
+	deploy/local/jaeger.sh stop
 
 # Start PostgreSQL (the legacy database), the broker and Kafka Connect with Debezium, create
 # topics, migrate the read-model DB, start worker (legacy CDC on: it drives enrollments),
@@ -77,9 +81,10 @@ stop:
 demo: install
 	$(BIN)/sagaline demo
 
-# The whole suite against real services: Kafka, PostgreSQL, Kafka Connect and Spark are
-# started here, Chromium installed for the console's browser test.
+# The whole suite against real services: Kafka, PostgreSQL, Kafka Connect, Jaeger (the
+# traces' tests) and Spark are started here, Chromium installed for the console's browser test.
 test: install stack-up browser
+	deploy/local/jaeger.sh start
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-unit: install
