@@ -407,6 +407,14 @@ class Settings(BaseSettings):
         "text",
         description="Log lines as text, or `json`: one JSON object per line with saga_id, message_id, causation_id, topic, partition and offset wherever they are known",
     )
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry traces of every component (API, worker, projector, rebuild, CLI), W3C trace context in every record's headers: configured by OpenTelemetry's own variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, default http://localhost:4318; `OTEL_TRACES_SAMPLER`/`_ARG`; `OTEL_SERVICE_NAME`; `OTEL_TRACES_EXPORTER` otlp, console or none; `OTEL_SDK_DISABLED`); off: no span, context nor header is built",
+    )
+    tracing_ui_url: str = Field(
+        "http://127.0.0.1:16686",
+        description="Base URL of the trace UI (Jaeger's) the console's saga page links a saga's trace to, as `<url>/trace/<trace id>`, when SAGALINE_TRACING is on; empty: no link",
+    )
 
     # --- the nightly Spark rebuild (spark_projections, `sagaline rebuild`) -------------
     spark_master: str = Field(

@@ -55,6 +55,7 @@ def register_agent(
                     key=e.key,
                     value=e.value,
                     timestamp=e.message.timestamp,
+                    headers=e.message.headers,
                 )
                 for e in events
             ]

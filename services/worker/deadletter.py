@@ -38,6 +38,8 @@ class DeadLetter:
     stage: str
     """Which component gave up: an agent's name, ``projector``, ``rebuild``."""
     inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
+    headers: tuple[tuple[str, bytes], ...] | None = None
+    """The letter's Kafka headers: the trace context of the step that gave up (tracing on)."""
 
     @property
     def key(self) -> bytes | None:

@@ -18,6 +18,7 @@ from sagas.ids import derive_id
 from sagas.messages import Envelope
 from services.worker.faust_seam import changing_hands, send_record
 from services.worker.runner import ProcessRunner
+from services.worker.tracing import DEADLINE_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,13 @@ async def send_ticks(app: faust.App, topic: str, runner: ProcessRunner) -> None:
     now = datetime.now(UTC)
     due = runner.deadlines.pop_due(now)
     sent: list[tuple[str, datetime, Awaitable[Any]]] = []
+    traced = runner.tracing is not None
     try:
         for key, when in due:
-            future = await send_record(app, topic, key.encode(), _tick(key, now), None)
+            # Traced, the tick says which deadline it fires for: its span links to the
+            # context the key kept with that deadline (ProcessRunner._remembered).
+            headers = [(DEADLINE_HEADER, when.isoformat().encode())] if traced else None
+            future = await send_record(app, topic, key.encode(), _tick(key, now), None, headers)
             sent.append((key, when, future))
     finally:
         for key, when in due[len(sent) :]:

@@ -16,7 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 import faust
+from opentelemetry.trace import Tracer
 
+from runtime import tracing
 from runtime.kafka_security import faust_credentials
 from runtime.partitioner import partition_for
 from runtime.settings import Settings
@@ -43,6 +45,7 @@ from services.worker.metrics_pages import register_metrics
 from services.worker.resume import resume_from_stored_positions
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import ProcessRunner
+from services.worker.tracing import StepTracing
 
 __all__ = ["MIB", "FaustTable", "_send_ticks", "create_app"]
 """``FaustTable`` and ``_send_ticks`` are kept here for the code that imports them from here."""
@@ -50,6 +53,8 @@ __all__ = ["MIB", "FaustTable", "_send_ticks", "create_app"]
 MIB = 1024 * 1024
 
 faust_seam.make_producers_idempotent()
+# A dead worker's partitions go to the workers holding their standbys (faust_seam).
+faust_seam.place_actives_on_copies()
 # Records reach the agents without four tasks each (services/worker/delivery.py).
 delivery.install()
 
@@ -97,7 +102,9 @@ def create_app(
     metrics = metrics or Metrics()
     # One budget for every table partition this process opens (rocksdb_budget).
     budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None
-    runners = [_register(app, settings, budget, process, metrics) for process in processes]
+    # Off (the default), no tracer: the runners build no span, context nor header.
+    tracer = tracing.configure(settings.tracing, "worker")
+    runners = [_register(app, settings, budget, process, metrics, tracer) for process in processes]
     consumers: list[Batched] = [*runners]
     if settings.cdc_enabled:
         consumers.append(_register_ingest(app, settings, budget, metrics))
@@ -113,6 +120,7 @@ def _register(
     budget: MemoryBudget | None,
     process: Process[Any],
     metrics: Metrics,
+    tracer: Tracer | None = None,
 ) -> ProcessRunner:
     topic = app.topic(settings.topic(process.name), key_type=bytes, value_type=bytes)
     table = _table(app, settings, budget, process.name, settings.partitions)
@@ -130,6 +138,7 @@ def _register(
         max_message_bytes=settings.max_message_bytes,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
         state_cache_keys=settings.state_cache_keys,
+        tracing=None if tracer is None else StepTracing(tracer, process),
         deadlines=DeadlineIndex(settings.deadline_rescan_s, horizon=HORIZON),
         retirement=Retirement(
             record=timedelta(seconds=settings.retire_after_s),

@@ -11,6 +11,7 @@ from faust.types import TP
 
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
+from runtime.tracing import Headers
 from services.worker.faust_seam import seek_and_wait, send_record
 
 
@@ -23,8 +24,10 @@ class KafkaPorts:
         self.probe = OffsetProbe(settings)
         app.on_before_shutdown.connect(self.probe.close_on_signal)
 
-    async def send(self, topic_name: str, key: bytes, value: bytes) -> Any:
-        return await send_record(self.app, topic_name, key, value, None)
+    async def send(
+        self, topic_name: str, key: bytes, value: bytes, headers: Headers | None = None
+    ) -> Any:
+        return await send_record(self.app, topic_name, key, value, None, headers)
 
     async def send_to(
         self, topic_name: str, key: bytes, value: bytes | None, partition: int

@@ -89,11 +89,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.logformat import log_context
+from runtime.tracing import Headers, inject_headers, traceparent
 from sagas.machinery.history import PARTIAL, is_chunk_key
 from sagas.machinery.process import Outbound, Process
 from sagas.machinery.record import Record
@@ -114,6 +115,10 @@ from services.worker.deadlines import (
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions, Plan
 from services.worker.state_cache import StateCache
+from services.worker.tracing import DEADLINE_HEADER, StepTracing, remembered_context
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +135,15 @@ _AFTER_EVERY_ENTRY = DEADLINE_KEY_PREFIX[:-1] + "0"
 _TAILS_ONLY = {PARTIAL: True}
 """Decoding for the deadline scan: a record's deadlines, without its histories' chunks."""
 
-Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
-"""Queue ``value`` under ``key`` on a topic; the awaited result is the delivery future."""
+
+class Send(Protocol):
+    """Queue ``value`` under ``key`` on a topic; the awaited result is the delivery future.
+    Headers are given only with tracing on (the trace context: runtime/tracing.py)."""
+
+    def __call__(
+        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None, /
+    ) -> Awaitable[Awaitable[Any]]: ...
+
 
 Seek = Callable[[str, int, int], Awaitable[None]]
 """Make the consumer deliver a partition again from an offset."""
@@ -158,6 +170,8 @@ class Incoming:
     value: bytes | None
     timestamp: float | None = None
     """When its producer sent it (Kafka's CreateTime, epoch seconds), if known."""
+    headers: Headers | None = None
+    """Its Kafka headers (read only with tracing on: its producer's trace context)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +288,9 @@ class ProcessRunner:
     """How long final records and then their markers are kept (None: nothing retires)."""
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
     state_cache_keys: int = 2_000
+    tracing: StepTracing | None = None
+    """Spans of its decisions and the trace context of what it sends (None: tracing is off,
+    and the batch path builds no span, context nor header)."""
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
@@ -489,35 +506,94 @@ class ProcessRunner:
         (with ``check_states``) whose state would be too large is not applied: its record
         is dead-lettered."""
         b = _BatchDecisions()
+        tracing = self.tracing
         for record in records:
-            result = self._decide(record, b.fresh, b.stored, now, b.dead)
-            if result is None:
-                continue
-            encoded = [self._encode(o) for o in result.result.outbound]
-            too_large = self._too_large(encoded)
-            if not result.result.changed:
-                # Nothing to store; a refusal to a key the table does not hold is still sent
-                # (sagas/machinery/step.py): a redelivery sends it again, under the same id.
-                b.duplicates += 1
-                if too_large:
-                    b.dead.append(self._letter(record, too_large))
-                else:
-                    b.outbound.extend(encoded)
-                continue
-            deleted = result.result.deleted
-            if too_large is None and check_states and not deleted:
-                key = result.record_key
-                too_large = self._state_too_large(key, result.result.record, b.stored[key])
+            if tracing is None:
+                self._decide_one(record, b, now, check_states, None)
+            else:
+                self._decide_traced(tracing, record, b, now, check_states)
+        return b
+
+    def _decide_one(
+        self,
+        record: Incoming,
+        b: _BatchDecisions,
+        now: datetime,
+        check_states: bool,
+        headers: Headers | None,
+    ) -> _Decided | None:
+        """Decide ``record`` into ``b``; what it sends carries ``headers``."""
+        result = self._decide(record, b.fresh, b.stored, now, b.dead)
+        if result is None:
+            return None
+        encoded = [self._encode(o, headers) for o in result.result.outbound]
+        too_large = self._too_large(encoded)
+        if not result.result.changed:
+            # Nothing to store; a refusal to a key the table does not hold is still sent
+            # (sagas/machinery/step.py): a redelivery sends it again, under the same id.
+            b.duplicates += 1
             if too_large:
                 b.dead.append(self._letter(record, too_large))
-                continue
-            b.applied.append(result)
-            b.fresh[result.record_key] = None if deleted else result.result.record
-            if deleted:
-                b.deleted.add(result.record_key)
-            b.partitions[result.record_key] = record.partition
-            b.outbound.extend(encoded)
-        return b
+            else:
+                b.outbound.extend(encoded)
+            return result
+        deleted = result.result.deleted
+        if too_large is None and check_states and not deleted:
+            key = result.record_key
+            too_large = self._state_too_large(key, result.result.record, b.stored[key])
+        if too_large:
+            b.dead.append(self._letter(record, too_large))
+            return result
+        b.applied.append(result)
+        b.fresh[result.record_key] = None if deleted else result.result.record
+        if deleted:
+            b.deleted.add(result.record_key)
+        b.partitions[result.record_key] = record.partition
+        b.outbound.extend(encoded)
+        return result
+
+    def _decide_traced(
+        self,
+        tracing: StepTracing,
+        record: Incoming,
+        b: _BatchDecisions,
+        now: datetime,
+        check_states: bool,
+    ) -> None:
+        """:meth:`_decide_one` inside the record's span, whose context what it sends carries;
+        the key's deadline entry keeps it (a tick's span links back to it)."""
+        remembered = self._remembered(record)
+        with tracing.step(
+            record.topic, record.partition, record.offset, record.key, record.headers, remembered
+        ) as current:
+            headers = tuple(current.headers)
+            decided = self._decide_one(record, b, now, check_states, headers)
+            if decided is None:
+                return
+            result = decided.result
+            tracing.describe(
+                current.span,
+                decided.envelope,
+                decided.before,
+                result.record,
+                result.outbound,
+                _outcome(result),
+            )
+            if (kept := traceparent(headers)) is not None:
+                b.traces[decided.record_key] = kept
+
+    def _remembered(self, record: Incoming) -> Context | None:
+        """For a tick, the context its key kept with the deadline it fires for (None: not a
+        tick, or none kept): the traceparent in the deadline's index entry."""
+        due = next((v for k, v in record.headers or () if k == DEADLINE_HEADER), None)
+        if due is None or record.key is None:
+            return None
+        try:
+            when = datetime.fromisoformat(due.decode())
+            kept = self.table.load(entry_key(record.key.decode(), when), record.partition)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return remembered_context(kept)
 
     def _state_writes(self, b: _BatchDecisions) -> list[StateWrite] | None:
         """The writes that store each key's last state (None: one would be too large for
@@ -526,7 +602,7 @@ class ProcessRunner:
         for key, rec in b.fresh.items():
             stored = b.stored[key]
             writes: list[tuple[str, bytes | None]] = []
-            first, last = self._entry_writes(key, stored, rec)
+            first, last = self._entry_writes(key, stored, rec, b.traces.get(key, b""))
             if key in b.deleted and stored is not None:
                 # The stored marker and its chunks go (sagas/machinery/retirement.py); a
                 # record made after that in this batch is a new key's: none of it was stored.
@@ -542,18 +618,24 @@ class ProcessRunner:
         return states
 
     def _entry_writes(
-        self, key: str, stored: Record[Any] | None, new: Record[Any] | None
+        self,
+        key: str,
+        stored: Record[Any] | None,
+        new: Record[Any] | None,
+        remembered: bytes = b"",
     ) -> tuple[list[tuple[str, bytes | None]], list[tuple[str, bytes | None]]]:
         """The index entries a key's writes start and end with (services/worker/
         deadlines.py): its new next deadline's entry before its record, its old one's
-        deletion after it, and the deletion of a left-over entry its last tick came from."""
+        deletion after it, and the deletion of a left-over entry its last tick came from.
+        A new entry's value is ``remembered``: with tracing on, the traceparent of the step
+        that set the deadline (its tick's span links to it); empty otherwise."""
         old_due = None if stored is None else stored.next_deadline()
         new_due = None if new is None else new.next_deadline()
         first: list[tuple[str, bytes | None]] = []
         last: list[tuple[str, bytes | None]] = []
         if new_due != old_due:
             if new_due is not None:
-                first.append((entry_key(key, new_due), b""))
+                first.append((entry_key(key, new_due), remembered))
             if old_due is not None:
                 last.append((entry_key(key, old_due), None))
         fired = self.deadlines.fired.get(key)
@@ -660,12 +742,21 @@ class ProcessRunner:
         return _Decided(key, result, envelope, current)
 
     def _letter(self, record: Incoming, reason: str) -> DeadLetter:
-        return DeadLetter.of(record, reason, self.process.name, self.deadletter_inline_max_bytes)
+        letter = DeadLetter.of(record, reason, self.process.name, self.deadletter_inline_max_bytes)
+        if self.tracing is None:
+            return letter
+        # Inside the record's span: the letter carries its context, and the span the failure.
+        self.tracing.failed(reason)
+        return replace(letter, headers=tuple(inject_headers()))
 
-    def _encode(self, outbound: Outbound) -> _Encoded:
+    def _encode(self, outbound: Outbound, headers: Headers | None = None) -> _Encoded:
         envelope = outbound.envelope
         return _Encoded(
-            self.topic_for(outbound.channel), envelope.key.encode(), envelope.encode(), envelope
+            self.topic_for(outbound.channel),
+            envelope.key.encode(),
+            envelope.encode(),
+            envelope,
+            headers,
         )
 
     def _too_large(self, encoded: list[_Encoded]) -> str | None:
@@ -682,14 +773,21 @@ class ProcessRunner:
         return None
 
     async def _publish(self, outbound: list[_Encoded], dead: list[DeadLetter]) -> None:
-        futures = [await self.send(o.topic, o.key, o.value) for o in outbound]
-        futures.extend(
-            [await self.send(self.dead_letter_topic, d.key or b"", d.encode()) for d in dead]
-        )
+        if self.tracing is None:
+            futures = [await self.send(o.topic, o.key, o.value) for o in outbound]
+        else:
+            futures = [await self.send(o.topic, o.key, o.value, o.headers) for o in outbound]
+        futures.extend([await self._send_letter(d) for d in dead])
         # Wait for every acknowledgement before the states are stored (see module doc).
         await asyncio.gather(*futures)
         self.metrics.inc(self.process.name, "sent", len(outbound))
         self.metrics.inc(self.process.name, "dead_lettered", len(dead))
+
+    async def _send_letter(self, letter: DeadLetter) -> Awaitable[Any]:
+        key, value = letter.key or b"", letter.encode()
+        if letter.headers is None:
+            return await self.send(self.dead_letter_topic, key, value)
+        return await self.send(self.dead_letter_topic, key, value, letter.headers)
 
 
 def _outcome(result: StepResult) -> str:
@@ -725,6 +823,8 @@ class _BatchDecisions:
     dead: list[DeadLetter] = field(default_factory=list)
     applied: list[_Decided] = field(default_factory=list)
     duplicates: int = 0
+    traces: dict[str, bytes] = field(default_factory=dict)
+    """With tracing on: each key's last decision's traceparent (its deadline entry keeps it)."""
 
 
 @dataclass(frozen=True)
@@ -733,6 +833,7 @@ class _Encoded:
     key: bytes
     value: bytes
     envelope: Envelope
+    headers: Headers | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,272 @@
+"""Traces through the worker without Kafka: spans per decision, W3C context in the headers of
+what a decision sends, a tick's span linked to the step that set its deadline, and nothing
+at all with tracing off (runtime/tracing.py, services/worker/tracing.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from runtime import tracing
+from sagas.contracts import ledger as lc
+from sagas.contracts import orders as oc
+from sagas.contracts.system import Tick
+from sagas.definitions.order_saga import OrderSaga
+from sagas.messages import Envelope
+from sagas.participants.ledger import CapacityLedger
+from services.worker.deadlines import entry_key
+from services.worker.metrics import Metrics
+from services.worker.runner import DictTable, Incoming, ProcessRunner
+from services.worker.tracing import DEADLINE_HEADER, StepTracing
+
+pytestmark = pytest.mark.unit
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+Sent = tuple[str, bytes, bytes, tuple[tuple[str, bytes], ...] | None]
+
+
+class Kafka:
+    """Records what is sent, and whether it came with headers at all."""
+
+    def __init__(self) -> None:
+        self.sent: list[Sent] = []
+
+    async def send(self, topic: str, key: bytes, value: bytes, *headers: Any) -> Any:
+        assert len(headers) <= 1
+        self.sent.append((topic, key, value, tuple(headers[0]) if headers else None))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+    def on(self, topic: str) -> list[Sent]:
+        return [s for s in self.sent if s[0] == topic]
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[trace.Tracer, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider.get_tracer("test"), exporter
+    provider.shutdown()
+
+
+def runner(process: Any, kafka: Kafka, table: DictTable, tracer: trace.Tracer | None) -> Any:
+    return ProcessRunner(
+        process=process,
+        table=table,
+        send=kafka.send,
+        topic_for=lambda channel: f"t.{channel}",
+        dead_letter_topic="t.deadletter",
+        metrics=Metrics(),
+        clock=lambda: T0,
+        tracing=None if tracer is None else StepTracing(tracer, process),
+    )
+
+
+def ledger() -> CapacityLedger:
+    return CapacityLedger(name="inventory", entity_type="product")
+
+
+def record(
+    message: Any, key: str, offset: int, headers: Any = None, topic: str = "t.inventory"
+) -> Incoming:
+    env = Envelope.wrap(
+        message,
+        message_id=f"m{offset}",
+        key=key,
+        saga_id="o1",
+        reply_to="order-saga",
+        occurred_at=T0,
+    )
+    return Incoming(topic, 0, offset, key.encode(), env.encode(), headers=headers)
+
+
+def producer_context(tracer: trace.Tracer) -> tuple[trace.SpanContext, list[tuple[str, bytes]]]:
+    """A span of an upstream producer (the API's request), and the headers it sends."""
+    with tracer.start_as_current_span("POST /orders") as span:
+        return span.get_span_context(), tracing.inject_headers()
+
+
+def by_name(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
+    [span] = [s for s in exporter.get_finished_spans() if s.name == name]
+    return span
+
+
+def parent_of(headers: Any) -> trace.SpanContext:
+    return trace.get_current_span(tracing.extract_headers(headers)).get_span_context()
+
+
+def test_headers_carry_the_context_there_and_back() -> None:
+    provider = TracerProvider()
+    with provider.get_tracer("t").start_as_current_span("s") as span:
+        headers = tracing.inject_headers()
+    [(name, value)] = headers
+    context = span.get_span_context()
+    assert name == "traceparent"
+    flags = int(context.trace_flags)
+    assert value == f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}".encode()
+    received = parent_of(headers)
+    assert (received.trace_id, received.span_id, received.is_remote) == (
+        context.trace_id,
+        context.span_id,
+        True,
+    )
+    assert received.trace_flags.sampled
+    assert tracing.traceparent([("other", b"x"), *headers]) == value
+    assert not parent_of([("traceparent", b"garbage")]).is_valid
+    assert not parent_of(None).is_valid
+
+
+def test_off_unless_switched_on_and_opentelemetrys_own_switches_win() -> None:
+    assert not tracing.enabled_by_environment(False, {})
+    assert tracing.enabled_by_environment(True, {})
+    assert not tracing.enabled_by_environment(True, {"OTEL_SDK_DISABLED": "true"})
+    assert not tracing.enabled_by_environment(True, {"OTEL_TRACES_EXPORTER": "none"})
+    assert tracing.configure(False, "worker") is None
+
+
+async def test_off_the_runner_sends_no_header_and_makes_no_span(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    _, headers = producer_context(tracer)
+    exporter.clear()
+    kafka, table = Kafka(), DictTable()
+    batch = [
+        record(lc.SetCapacity(on_hand=1), "p1", 0, headers),
+        record(lc.Reserve(reservation_id="o1:p1", quantity=1, ttl_seconds=60), "p1", 1, headers),
+        Incoming("t.inventory", 0, 2, b"p1", b"{not json", headers=headers),
+    ]
+    await runner(ledger(), kafka, table, None).handle_batch(batch)
+    assert len(kafka.on("t.order-saga")) == 2 and len(kafka.on("t.deadletter")) == 1
+    assert all(headers is None for *_, headers in kafka.sent)
+    assert exporter.get_finished_spans() == ()
+    assert table[entry_key("p1", T0 + timedelta(seconds=60))] == b""
+
+
+async def test_a_participants_decision_is_a_child_of_its_cause_and_what_it_sends_of_it(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    cause, headers = producer_context(tracer)
+    kafka = Kafka()
+    batch = [
+        record(lc.SetCapacity(on_hand=1), "p1", 0, headers),
+        record(lc.Reserve(reservation_id="o1:p1", quantity=1, ttl_seconds=60), "p1", 1, headers),
+        record(lc.Reserve(reservation_id="o2:p1", quantity=1, ttl_seconds=60), "p1", 2, headers),
+    ]
+    await runner(ledger(), kafka, DictTable(), tracer).handle_batch(batch)
+    [reserved, rejected] = sorted(
+        (s for s in exporter.get_finished_spans() if s.name == "inventory ledger.Reserve"),
+        key=lambda s: s.attributes["messaging.kafka.offset"],  # type: ignore[index]
+    )
+    assert rejected.attributes is not None
+    assert rejected.attributes["sagaline.decision"] == ("ledger.ReservationRejected",)
+    assert reserved.kind == SpanKind.CONSUMER
+    assert reserved.parent is not None and reserved.parent.span_id == cause.span_id
+    assert reserved.context.trace_id == cause.trace_id
+    assert reserved.attributes is not None
+    assert reserved.attributes["messaging.system"] == "kafka"
+    assert reserved.attributes["messaging.destination.name"] == "t.inventory"
+    assert reserved.attributes["messaging.kafka.message.key"] == "p1"
+    assert reserved.attributes["messaging.kafka.offset"] == 1
+    assert reserved.attributes["sagaline.entity.type"] == "product"
+    assert reserved.attributes["sagaline.entity.id"] == "p1"
+    spans_of = [s for s in exporter.get_finished_spans() if s.name.startswith("inventory ")]
+    decided = {s.context.span_id: s.attributes["sagaline.decision"] for s in spans_of}  # type: ignore[index]
+    assert sorted(decided.values()) == [
+        ("ledger.CapacitySet",),
+        ("ledger.ReservationRejected",),
+        ("ledger.Reserved",),
+    ]
+    # each reply and event carries the context of the decision that made it
+    for _, _, value, sent_headers in kafka.sent:
+        decision = parent_of(sent_headers)
+        assert decision.trace_id == cause.trace_id
+        assert Envelope.decode(value).type in decided[decision.span_id]
+
+
+def place_order() -> oc.PlaceOrder:
+    line = oc.OrderLine(product_id="p1", quantity=1, unit_price=Decimal(1))
+    return oc.PlaceOrder(customer_id="c", lines=(line,), payment=oc.PaymentDetails(method="x"))
+
+
+def order_record(message: Any, offset: int, headers: Any = None) -> Incoming:
+    env = Envelope.wrap(message, message_id=f"m{offset}", key="o1", saga_id="o1", occurred_at=T0)
+    return Incoming("t.order-saga", 0, offset, b"o1", env.encode(), headers=headers)
+
+
+async def test_a_saga_step_says_its_type_step_statuses_and_commands(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    cause, headers = producer_context(tracer)
+    kafka = Kafka()
+    await runner(OrderSaga(), kafka, DictTable(), tracer).handle_batch(
+        [order_record(place_order(), 0, headers)]
+    )
+    step = by_name(exporter, "order-saga order.Place")
+    assert step.parent is not None and step.parent.span_id == cause.span_id
+    attributes = dict(step.attributes or {})
+    assert attributes["sagaline.saga.type"] == "order-saga"
+    assert attributes["sagaline.saga.id"] == "o1"
+    assert attributes["sagaline.saga.step"] == "order.Place"
+    assert attributes["sagaline.saga.status_before"] == ""
+    assert attributes["sagaline.saga.status_after"] == "PENDING"
+    assert attributes["sagaline.commands"] == ("ledger.Reserve",)
+    [(_, _, _, reserve_headers)] = kafka.on("t.inventory")
+    assert parent_of(reserve_headers).span_id == step.context.span_id
+
+
+async def test_a_dead_letter_carries_the_context_of_the_step_that_gave_up(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    cause, headers = producer_context(tracer)
+    kafka = Kafka()
+    poison = Incoming("t.inventory", 0, 0, b"p1", b"{not json", headers=headers)
+    await runner(ledger(), kafka, DictTable(), tracer).handle_batch([poison])
+    failed = by_name(exporter, "inventory process")
+    assert failed.status.status_code == StatusCode.ERROR
+    assert failed.parent is not None and failed.parent.span_id == cause.span_id
+    [(_, _, _, letter_headers)] = kafka.on("t.deadletter")
+    assert parent_of(letter_headers).span_id == failed.context.span_id
+
+
+async def test_a_tick_is_a_child_of_the_step_that_set_its_deadline_and_links_to_it(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    _, headers = producer_context(tracer)
+    kafka, table = Kafka(), DictTable()
+    r = runner(ledger(), kafka, table, tracer)
+    reserve = lc.Reserve(reservation_id="o1:p1", quantity=1, ttl_seconds=60)
+    await r.handle_batch(
+        [record(lc.SetCapacity(on_hand=1), "p1", 0, headers), record(reserve, "p1", 1, headers)]
+    )
+    reserved = by_name(exporter, "inventory ledger.Reserve")
+    due = T0 + timedelta(seconds=60)
+    # the deadline's index entry keeps the traceparent of the step that set it
+    kept = table[entry_key("p1", due)]
+    assert parent_of([("traceparent", kept)]).span_id == reserved.context.span_id
+    assert r.deadlines.pop_due(due) == [("p1", due)]
+    r.clock = lambda: due
+    tick = record(Tick(), "p1", 2, [(DEADLINE_HEADER, due.isoformat().encode())])
+    await r.handle_batch([tick])
+    fired = by_name(exporter, "inventory system.Tick")
+    assert fired.parent is not None and fired.parent.span_id == reserved.context.span_id
+    assert fired.context.trace_id == reserved.context.trace_id
+    [link] = fired.links
+    assert link.context.span_id == reserved.context.span_id
+    assert fired.attributes is not None
+    assert fired.attributes["sagaline.decision"] == ("ledger.Released",)
