@@ -1,13 +1,23 @@
 """Saga throughput and latency on a real broker, beside a plain aiokafka relay baseline.
 
     python benchmarks/bench_sagas.py [--orders 5000] [--latency-orders 2000]
-        [--enrollments 5000] [--soak-seconds 0] [--workers 1]
+        [--enrollments 5000] [--soak-seconds 0] [--workers 1] [--tracing off,0.01,1.0]
 
 Prints: the machine; the baseline relay's rate through 9 hops; order sagas/s at full load;
 command-to-outcome latency p50/p95/p99 at half that load; enrollment sagas/s at full load
 in the same run, beside the order rate; worker RSS over the run. ``--workers N`` runs N
 worker processes in one consumer group (they split the partitions). Commands go straight to
 Kafka through the command bus (the REST API is not measured here).
+
+``--tracing off,0.01,1.0`` measures what OpenTelemetry tracing costs (issue 33): one worker
+run per mode, in that order, each on topics of its own: ``off`` (SAGALINE_TRACING false), or
+tracing on with that share of the orders' traces sampled (``parentbased_traceidratio``; the
+driver sends no trace context, so the worker starts each order's trace), exporting over
+OTLP/HTTP to the local Jaeger (``deploy/local/jaeger.sh``, started if it was not). Every mode
+is loaded at half of the first mode's full-load rate for its latency, and the run ends with
+each mode's full-load rate and p99 beside the off figures of the same run (the median of its
+off runs: ``off,0.01,1.0,off`` brackets the traced ones). Enrollments run in the first mode
+only (``--enrollments 0``: none).
 
 The driver stamps each order at both ends in this process, so its own pauses would be in
 every latency: its garbage collector is off in each measured phase, and the longest stall
@@ -19,13 +29,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -38,6 +54,7 @@ from benchmarks.common import (
     driver_collector_paused,
     git_rev,
     machine,
+    percentile,
     run_settings,
     summary_ms,
     worker_bus_tail,
@@ -288,12 +305,86 @@ async def set_courses_and_students(bus: CommandBus, courses: int, students: int)
         )
 
 
-async def main(args: argparse.Namespace) -> None:
-    data, settings = run_settings(
-        "bench",
-        step_timeout_s=120,
-        reservation_ttl_s=600,
+@dataclass(frozen=True)
+class Tracing:
+    """One tracing mode of a run: ``off`` (SAGALINE_TRACING false), or on with a new
+    trace sampled at ``ratio`` (OpenTelemetry's ``parentbased_traceidratio``: the worker
+    starts each order's trace, as the driver sends no trace context)."""
+
+    ratio: float | None
+
+    @classmethod
+    def parse(cls, text: str) -> Tracing:
+        if text.strip().lower() == "off":
+            return cls(None)
+        ratio = float(text)
+        if not 0 < ratio <= 1:
+            raise argparse.ArgumentTypeError(f"a sampling ratio is in (0, 1], not {text!r}")
+        return cls(ratio)
+
+    @property
+    def name(self) -> str:
+        return "off" if self.ratio is None else f"on, {self.ratio:g} sampled"
+
+
+def tracing_modes(text: str) -> list[Tracing]:
+    return [Tracing.parse(part) for part in text.split(",") if part.strip()]
+
+
+def jaeger_otlp() -> str:
+    """The local Jaeger's OTLP/HTTP endpoint, Jaeger started if it was not running."""
+    script = "deploy/local/jaeger.sh"
+    subprocess.run([script, "start"], check=True, timeout=1800)
+    return subprocess.run(
+        [script, "otlp"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def traced_worker_env(mode: Tracing, otlp: str, service: str) -> None:
+    """OpenTelemetry's variables for the workers this process starts next (they inherit
+    its environment: tests/integration/harness.settings_env)."""
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        del os.environ[name]
+    if mode.ratio is None:
+        return
+    os.environ.update(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp,
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": f"{mode.ratio:g}",
+            "OTEL_SERVICE_NAME": service,
+        }
     )
+
+
+def jaeger_traces(service: str) -> str:
+    """How many traces of ``service`` reached the local Jaeger (the query API's answer is
+    capped at its limit), a few seconds after the last span was sent."""
+    query = urllib.parse.urlencode({"service": service, "limit": 2000, "lookback": "1h"})
+    url = subprocess.run(
+        ["deploy/local/jaeger.sh", "url"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    try:
+        with urllib.request.urlopen(f"{url}/api/traces?{query}", timeout=60) as r:
+            found = json.loads(r.read())["data"] or []
+    except OSError as exc:
+        return f"Jaeger not read ({exc})"
+    spans = sum(len(t["spans"]) for t in found)
+    return f"{len(found)}{'+' if len(found) == 2000 else ''} traces ({spans} spans) in Jaeger"
+
+
+@dataclass(frozen=True)
+class Figures:
+    mode: Tracing
+    rate: float
+    latencies: list[float]
+
+
+async def main(args: argparse.Namespace) -> None:
+    modes: list[Tracing] = args.tracing or [Tracing(None)]
+    traced = args.tracing is not None
+    otlp = jaeger_otlp() if any(m.ratio is not None for m in modes) else ""
+    first, settings = run_settings("bench", step_timeout_s=120, reservation_ttl_s=600)
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
         f"  worker processes: {args.workers}"
@@ -312,7 +403,42 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"baseline  plain aiokafka relay, {HOPS} hops: {relay_rate:,.0f} chains/s ({relay_rate * HOPS:,.0f} hops/s)"
     )
+    figures: list[Figures] = []
+    for n, mode in enumerate(modes):
+        data, run = (
+            (first, settings)
+            if n == 0
+            else run_settings("bench", step_timeout_s=120, reservation_ttl_s=600)
+        )
+        if traced:
+            service = f"sagaline-worker-{run.app_id}"
+            traced_worker_env(mode, otlp, service)
+            run = run.model_copy(update={"tracing": mode.ratio is not None})
+            print(
+                f"tracing   {mode.name} (worker {service}{', to ' + otlp if otlp and mode.ratio else ''})"
+            )
+            if n:
+                await create_topics(run)
+        half = figures[0].rate / 2 if figures else None
+        rate, latencies = await measure(args, run, data, relay_rate, half, enrollments=n == 0)
+        figures.append(Figures(mode, rate, latencies))
+        if traced and mode.ratio is not None:
+            await asyncio.sleep(6)  # the batch span processor's last export (5 s schedule)
+            print(f"traces    {jaeger_traces(service)}")
+    if traced:
+        print_cost(figures)
 
+
+async def measure(
+    args: argparse.Namespace,
+    settings: Settings,
+    data: Path,
+    relay_rate: float,
+    half_load: float | None,
+    enrollments: bool,
+) -> tuple[float, list[float]]:
+    """One worker run: warm-up, full load, latency at half load (``half_load``, or half
+    of this run's full load), and the enrollments and soak if asked; its figures."""
     async with worker_bus_tail(settings, data, args.workers) as (workers, bus, tail):
         assert workers[0].proc is not None
         rss = RssSampler(workers[0].proc.pid)
@@ -343,24 +469,25 @@ async def main(args: argparse.Namespace) -> None:
             + ", ".join(f"{k} {v:.1f}" for k, v in per_saga.items())
             + f"; total {sum(per_saga.values()):.1f}"
         )
-        half = rate / 2
+        half = half_load or rate / 2
         _, latencies = await run_orders(bus, tail, args.latency_orders, args.products, half, watch)
         print(
             f"latency   command->outcome at half load ({half:,.0f}/s, {args.latency_orders} orders): {summary_ms(latencies)}"
             f" ({watch.summary()})"
         )
-        # Enrollment sagas in the same run, on the same worker: one student per enrollment,
-        # courses never full, so every saga takes the whole path to ENROLLED.
-        warm, n = 500, args.enrollments
-        courses = max(1, -(-(warm + n) // (COURSE_SEATS // 2)))  # half full at the end
-        await set_courses_and_students(bus, courses, warm + n)
-        await run_enrollments(bus, tail, range(warm), courses)  # warm-up
-        enroll_rate = await run_enrollments(bus, tail, range(warm, warm + n), courses)
-        print(
-            f"enroll    full load, {n} enrollments ({ENROLLMENT_HOPS} hops, {courses} courses): "
-            f"{enroll_rate:,.0f} sagas/s beside {rate:,.0f} order sagas/s "
-            f"({enroll_rate / rate:.2f}x)"
-        )
+        if enrollments and args.enrollments:
+            # Enrollment sagas in the same run, on the same worker: one student per
+            # enrollment, courses never full, so every saga takes the whole path to ENROLLED.
+            warm, n = 500, args.enrollments
+            courses = max(1, -(-(warm + n) // (COURSE_SEATS // 2)))  # half full at the end
+            await set_courses_and_students(bus, courses, warm + n)
+            await run_enrollments(bus, tail, range(warm), courses)  # warm-up
+            enroll_rate = await run_enrollments(bus, tail, range(warm, warm + n), courses)
+            print(
+                f"enroll    full load, {n} enrollments ({ENROLLMENT_HOPS} hops, {courses} courses): "
+                f"{enroll_rate:,.0f} sagas/s beside {rate:,.0f} order sagas/s "
+                f"({enroll_rate / rate:.2f}x)"
+            )
         if args.soak_seconds:
             soak_rate = args.soak_rate or half
             soak = int(soak_rate * args.soak_seconds)
@@ -372,6 +499,24 @@ async def main(args: argparse.Namespace) -> None:
         await watch.stop()
         print(f"memory    {which} {rss.stop()}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
+        return rate, latencies
+
+
+def print_cost(figures: list[Figures]) -> None:
+    """Each tracing mode's full-load rate and p99 at half load beside the tracing-off
+    figures of the same run (the median of its off runs when it has several)."""
+    off = [f for f in figures if f.mode.ratio is None]
+    if not off:
+        return
+    off_rate = statistics.median(f.rate for f in off)
+    off_p99 = statistics.median(percentile(f.latencies, 99) for f in off)
+    print("cost      mode | full-load sagas/s | vs off | p99 at half load | vs off")
+    for f in figures:
+        p99 = percentile(f.latencies, 99)
+        print(
+            f"cost      {f.mode.name} | {f.rate:,.0f} | {f.rate / off_rate - 1:+.1%} | "
+            f"{p99 * 1000:.1f} ms | {p99 / off_p99 - 1:+.1%}"
+        )
 
 
 if __name__ == "__main__":
@@ -388,5 +533,14 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--soak-rate", type=float, default=0, help="orders/s during the soak (default: half load)"
+    )
+    parser.add_argument(
+        "--tracing",
+        type=tracing_modes,
+        default=None,
+        help="tracing modes, each a worker run of its own in this run, e.g. off,0.01,1.0: "
+        "off, or on (SAGALINE_TRACING) with that share of orders sampled, exporting to the "
+        "local Jaeger (deploy/local/jaeger.sh, started if needed); the half load of every "
+        "mode is half the first mode's full load; enrollments run in the first mode only",
     )
     asyncio.run(main(parser.parse_args()))
