@@ -6,6 +6,8 @@ traceback), plus whatever :func:`log_context` has bound for the record being han
 ``saga_id``, ``message_id``, ``causation_id``, ``topic``, ``partition``, ``offset``. The
 worker binds them around each input record and the projector around each record it
 dead-letters, so every line logged meanwhile carries them, whichever logger writes it.
+With tracing on (SAGALINE_TRACING), a line written inside a span also carries ``trace_id``
+and ``span_id`` (W3C's hex forms, as trace UIs show and search them).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
+
+from opentelemetry import trace
 
 CONTEXT_FIELDS = ("saga_id", "message_id", "causation_id", "topic", "partition", "offset")
 
@@ -49,6 +53,10 @@ class JsonFormatter(logging.Formatter):
         for name, value in (_context.get() or {}).items():
             if name in CONTEXT_FIELDS:
                 line[name] = value
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:  # never without a tracer: no span is current then
+            line["trace_id"] = format(span.trace_id, "032x")
+            line["span_id"] = format(span.span_id, "016x")
         # exc_text first: services.logsafe leaves a traceback's cleaned text there (keys
         # redacted); formatting exc_info again would bring them back.
         if record.exc_text:

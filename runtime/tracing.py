@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -138,6 +139,42 @@ def _exporters(names: str) -> Iterable[Any]:
             yield ConsoleSpanExporter()
         elif name not in ("", "none"):
             log.warning("OTEL_TRACES_EXPORTER %r is not one Sagaline knows (otlp, console)", name)
+
+
+def active() -> trace.Tracer | None:
+    """Sagaline's tracer when :func:`configure` turned tracing on in this process, else None."""
+    return _configured
+
+
+@contextmanager
+def sending(
+    tracer: trace.Tracer, topic: str, key: str, message_id: str | None = None
+) -> Iterator[list[tuple[str, bytes]]]:
+    """A PRODUCER span for a record sent to ``topic`` from outside the worker (the API, the
+    CLI, a re-drive), current inside; yields the headers that carry it."""
+    attributes: dict[str, Any] = {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": topic,
+        "messaging.kafka.message.key": key,
+    }
+    if message_id is not None:
+        attributes["messaging.message.id"] = message_id
+    with tracer.start_as_current_span(
+        f"send {topic}", kind=trace.SpanKind.PRODUCER, attributes=attributes
+    ):
+        yield inject_headers()
+
+
+def instrument_engine(engine: Any) -> None:
+    """SQL spans (opentelemetry-instrumentation-sqlalchemy) of ``engine``'s statements, as
+    children of the span current when each runs; nothing with tracing off."""
+    if _configured is None:
+        return
+    from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+
+    SQLAlchemyInstrumentor().instrument(engine=engine, tracer_provider=trace.get_tracer_provider())
 
 
 def shutdown() -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from opentelemetry.trace import Tracer
 
+from runtime import tracing
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
 from sagas.messages import Envelope
@@ -29,6 +32,9 @@ class CommandBus:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # Set when the process turned tracing on (runtime/tracing.py); None: no span, no
+        # header on a command.
+        self._tracer = tracing.active()
         self._producer = AIOKafkaProducer(
             **aiokafka_options(settings),
             enable_idempotence=True,
@@ -53,10 +59,20 @@ class CommandBus:
     async def send(self, channel: str, envelope: Envelope) -> Position:
         """Send and wait for the broker's acknowledgement."""
         topic = self.settings.topic(channel)
-        meta = await self._producer.send_and_wait(
-            topic, envelope.encode(), key=envelope.key.encode()
-        )
+        if self._tracer is None:
+            meta = await self._producer.send_and_wait(
+                topic, envelope.encode(), key=envelope.key.encode()
+            )
+        else:
+            meta = await self._send_traced(self._tracer, topic, envelope)
         return Position(topic, meta.partition, meta.offset)
+
+    async def _send_traced(self, tracer: Tracer, topic: str, envelope: Envelope) -> Any:
+        """A send span, child of the request's, whose context the command carries."""
+        with tracing.sending(tracer, topic, envelope.key, envelope.message_id) as headers:
+            return await self._producer.send_and_wait(
+                topic, envelope.encode(), key=envelope.key.encode(), headers=headers
+            )
 
     async def send_many(self, items: list[tuple[str, Envelope]]) -> list[Position]:
         """Send a batch, then wait for all acknowledgements (fast path for benchmarks)."""

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from runtime import tracing
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.settings import Settings
 from runtime.topics import DEAD_LETTERS, REDRIVES
@@ -423,9 +424,7 @@ class DeadLetterDesk:
             max_request_size=SEND_BYTES,
         )
         async with self._started(producer):
-            meta = await producer.send_and_wait(
-                letter.body["source_topic"], value, key=key, partition=int(letter.body["partition"])
-            )
+            meta = await _send_original(producer, letter, key, value)
             done = Redrive(
                 letter.source, meta.partition, meta.offset, forced, datetime.now(UTC).isoformat()
             )
@@ -448,3 +447,19 @@ class DeadLetterDesk:
             yield
         finally:
             await client.stop()
+
+
+async def _send_original(
+    producer: AIOKafkaProducer, letter: Letter, key: bytes | None, value: bytes | None
+) -> Any:
+    """The letter's record to its source partition; with tracing on, in a send span (a child
+    of the console's request or the CLI's command), whose context the record carries."""
+    topic, partition = letter.body["source_topic"], int(letter.body["partition"])
+    tracer = tracing.active()
+    if tracer is None:
+        return await producer.send_and_wait(topic, value, key=key, partition=partition)
+    shown = (key or b"").decode(errors="replace")
+    with tracing.sending(tracer, topic, shown) as headers:
+        return await producer.send_and_wait(
+            topic, value, key=key, partition=partition, headers=headers
+        )

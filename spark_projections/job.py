@@ -14,7 +14,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from sqlalchemy import Engine, Table
 
 from readside import retention, schema, store
+from runtime import tracing
 from runtime.settings import Settings, get_settings
 from runtime.topics import EVENTS
 from spark_projections import catchup, failures, guard, pipeline, staging, swap, tables
@@ -32,6 +33,7 @@ from spark_projections.progress import Emit, Progress, summary_lines
 from spark_projections.progress import print_line as _print
 from spark_projections.read import Offsets, fix_offsets, read_records
 from spark_projections.session import build_session, local_path
+from spark_projections.tracing import rebuild_span
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +85,24 @@ def run(
     spark: SparkSession | None = None,
 ) -> Summary:
     """Rebuild into ``settings.database_url``. A given ``spark`` session is used and left
-    running (tests share one); otherwise the job starts its own and stops it."""
+    running (tests share one); otherwise the job starts its own and stops it. With
+    SAGALINE_TRACING, the run is one span and each stage a child of it."""
+    tracer = tracing.configure(settings.tracing, "rebuild")
+    with rebuild_span(tracer, settings.topic(EVENTS)) as on_stage:
+        return _run(settings, until_checkpoints, emit, spark, on_stage)
+
+
+def _run(
+    settings: Settings,
+    until_checkpoints: bool,
+    emit: Emit | None,
+    spark: SparkSession | None,
+    on_stage: Callable[[str], None] | None,
+) -> Summary:
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    progress = Progress(emit=emit or _print, interval_s=settings.rebuild_progress_s)
+    progress = Progress(
+        emit=emit or _print, interval_s=settings.rebuild_progress_s, on_stage=on_stage
+    )
     engine = swap.swap_engine(settings.database_url_with_password())
     started_at = datetime.now(UTC)
     try:

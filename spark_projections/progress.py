@@ -34,6 +34,8 @@ class Progress:
     _stage_started: float = field(default_factory=time.monotonic)
     _estimate: int = 0
     """Events read so far while reading, from the share of Spark tasks done."""
+    on_stage: Callable[[str], None] | None = None
+    """Called with each stage entered (the rebuild's trace: spark_projections/tracing.py)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -46,6 +48,8 @@ class Progress:
             now = time.monotonic()
             self.timings[self.stage] = self.timings.get(self.stage, 0.0) + now - self._stage_started
             self.stage, self._stage_started = stage, now
+        if self.on_stage is not None:
+            self.on_stage(stage)
         self.emit(self._line(**extra))
 
     def read(self, events: int) -> None:

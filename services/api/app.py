@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from readside.engine import create_read_engine
 from readside.migrate import is_migrated
+from runtime import tracing
 from runtime.settings import Settings, get_settings
 from services import logsafe
 from services.api import actions as api_actions
@@ -77,10 +78,14 @@ def create_api(
 
     logsafe.install()
     routers = domain_routers()  # every domain's, through its declaration
+    # SAGALINE_TRACING: the SDK set up before the bus is made (its sends carry the context).
+    traced = tracing.configure(settings.tracing, "api") is not None
     app = FastAPI(
         # FastAPI's own OpenTelemetry hooks: this API reports through Prometheus (/metrics);
         # off, a request skips the check for a configured provider (~5% of POST /orders).
-        telemetry=_telemetry(settings.api_opentelemetry),
+        # With SAGALINE_TRACING its request spans are the traces' roots (they take a
+        # caller's traceparent), and the commands a request sends are their children.
+        telemetry=_telemetry(settings.api_opentelemetry, traced),
         title="Sagaline",
         summary="Long business transactions over Kafka as sagas, with read models.",
         description=DESCRIPTION,
@@ -145,8 +150,17 @@ def create_api_from_environment() -> FastAPI:
     return api
 
 
-def _telemetry(enabled: bool) -> TelemetryConfig:
-    return {"tracing": enabled, "metrics": enabled, "logs": enabled, "operation_spans": enabled}
+def _telemetry(enabled: bool, traced: bool) -> TelemetryConfig:
+    """FastAPI's native OpenTelemetry (it does what opentelemetry-instrumentation-fastapi
+    does, and steps aside if that is installed): request spans with tracing on; its metrics,
+    logs and per-endpoint spans only with SAGALINE_API_OPENTELEMETRY, for a process that
+    configures its own SDK."""
+    return {
+        "tracing": enabled or traced,
+        "metrics": enabled,
+        "logs": enabled,
+        "operation_spans": enabled,
+    }
 
 
 def _openapi_without_null_parameters(app: FastAPI) -> dict[str, Any]:
@@ -177,6 +191,7 @@ async def _open_read_side(
     if engine is None:
         engine = create_read_engine(settings.database_url_with_password())
         stack.callback(engine.dispose)
+    tracing.instrument_engine(engine)
     if not await asyncio.to_thread(is_migrated, engine):
         log.error("the read-model schema is missing: run `sagaline db upgrade`")
     app.state.engine = engine

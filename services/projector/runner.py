@@ -41,6 +41,7 @@ from readside.engine import create_read_engine
 from readside.migrate import is_migrated
 from readside.store import Fenced
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
+from runtime import tracing
 from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.logformat import log_context
 from runtime.settings import Settings
@@ -49,6 +50,7 @@ from sagas.untrusted import bounded
 from services.projector.handover import REVOKE_WAIT_S, Handover, Owned, group_id
 from services.projector.isolation import database_answers, refused, without
 from services.projector.prometheus import ProjectorPrometheus
+from services.projector.tracing import ProjectorTracing
 from services.worker.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,9 @@ class Projector:
         self._failures = 0
         """Batches failed in a row: the wait before the next attempt doubles with each."""
         self._owned = Owned()
+        tracer = tracing.active()
+        self._tracing = None if tracer is None else ProjectorTracing(tracer, self.topic)
+        """With tracing on (runtime/tracing.py): a span per batch and per event applied."""
         self._batch = asyncio.Lock()
         """Held by a batch from its records' filtering to its commit, and by the rebalance
         listener while it hands partitions over: the two never interleave."""
@@ -266,7 +271,11 @@ class Projector:
         try:
             # Parked before the offsets move past them: a crash re-sends, never loses one.
             await self._send_dead_letters(dead)
-            applied, refused_ = await self._write_or_isolate(batch_, read)
+            if self._tracing is None:
+                applied, refused_ = await self._write_or_isolate(batch_, read)
+            else:
+                with self._tracing.batch(events, read):
+                    applied, refused_ = await self._write_or_isolate(batch_, read)
         except Fenced as fenced:
             # Not a failure: another process moved these partitions on (it took them over, or
             # it was their owner while this one still thought it was). Nothing of this batch
@@ -318,7 +327,12 @@ class Projector:
 
     async def _send_dead_letters(self, dead: list[DeadLetter]) -> None:
         topic = self.settings.topic(DEAD_LETTERS)
-        futures = [await self._producer.send(topic, d.encode(), key=d.key) for d in dead]
+        futures = [
+            await self._producer.send(
+                topic, d.encode(), key=d.key, headers=None if d.headers is None else [*d.headers]
+            )
+            for d in dead
+        ]
         await asyncio.gather(*futures)
 
     async def _recover(self) -> None:
@@ -380,7 +394,11 @@ class Projector:
                     record.offset,
                     reason,
                 )
-        return DeadLetter.of(record, reason, STAGE, self.settings.deadletter_inline_max_bytes)
+        letter = DeadLetter.of(record, reason, STAGE, self.settings.deadletter_inline_max_bytes)
+        if self._tracing is None or not record.headers:
+            return letter
+        # The letter goes on in the trace of the event it parks.
+        return replace(letter, headers=tuple(record.headers))
 
     # --- housekeeping ------------------------------------------------------------------
 
@@ -479,7 +497,9 @@ async def serve(settings: Settings) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    tracing.configure(settings.tracing, "projector")
     engine = create_read_engine(settings.database_url_with_password())
+    tracing.instrument_engine(engine)
     projector = Projector(settings, engine)
     metrics = projector.prom.serve(settings.projector_metrics_host, settings.projector_metrics_port)
     try:

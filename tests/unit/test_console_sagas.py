@@ -7,6 +7,8 @@ The same list over HTTP (``GET /sagas``) and the CLI: tests/unit/test_api_sagas.
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -472,3 +474,23 @@ async def test_the_overview_counts_each_saga_type_per_version_too(console: Conso
     assert "counts-order-v3" not in main and "counts-enrollment-v2" not in main
     assert 'href="/console/sagas?saga_type=order&amp;version=2&amp;outcome=stuck"' in main
     assert ">order version 2</a>" in main
+
+
+async def test_the_saga_page_links_to_the_sagas_trace_only_with_tracing_on(
+    console: Console,
+) -> None:
+    async with console.logged_in("read") as client:
+        assert 'id="saga-trace"' not in (await client.get("/console/sagas/o-comp")).text
+        console.app.state.settings = console.settings.model_copy(
+            update={"tracing": True, "tracing_ui_url": "http://jaeger.test:16686/"}
+        )
+        page = (await client.get("/console/sagas/o-comp")).text
+    [href] = re.findall(r'<a href="([^"]+)" id="saga-trace"', page)
+    url = httpx.URL(html.unescape(href))
+    assert (url.host, url.port, url.path) == ("jaeger.test", 16686, "/search")
+    assert url.params["service"] == "sagaline-worker"
+    assert json.loads(url.params["tags"]) == {"sagaline.saga.id": "o-comp"}
+    # the window holds every step (the first 30 min 2 s ago, the last 2 s later)
+    first = FILLED_AT[0] - timedelta(minutes=30, seconds=2)
+    start, end = int(url.params["start"]), int(url.params["end"])
+    assert start < first.timestamp() * 1e6 < (first + timedelta(seconds=2)).timestamp() * 1e6 < end

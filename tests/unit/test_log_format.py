@@ -73,3 +73,17 @@ def test_the_worker_gets_a_json_config_only_when_asked() -> None:
     assert config is not None and config["root"]["level"] == "INFO"
     module, _, name = config["formatters"]["json"]["()"].rpartition(".")
     assert getattr(importlib.import_module(module), name) is JsonFormatter
+
+
+def test_a_line_inside_a_span_carries_its_trace_and_span_ids(lines: io.StringIO) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    log = logging.getLogger("test.json")
+    log.info("no span")
+    with TracerProvider().get_tracer("t").start_as_current_span("step") as span:
+        log.info("in the step")
+    outside, inside = _read(lines)
+    assert "trace_id" not in outside and "span_id" not in outside
+    context = span.get_span_context()
+    assert inside["trace_id"] == f"{context.trace_id:032x}"
+    assert inside["span_id"] == f"{context.span_id:016x}"

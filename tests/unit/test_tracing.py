@@ -5,6 +5,7 @@ at all with tracing off (runtime/tracing.py, services/worker/tracing.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -270,3 +271,113 @@ async def test_a_tick_is_a_child_of_the_step_that_set_its_deadline_and_links_to_
     assert link.context.span_id == reserved.context.span_id
     assert fired.attributes is not None
     assert fired.attributes["sagaline.decision"] == ("ledger.Released",)
+
+
+class Producer:
+    """Stands in for the bus's aiokafka producer: keeps what ``send_and_wait`` was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def send_and_wait(self, topic: str, value: bytes, **kw: Any) -> Any:
+        self.calls.append({"topic": topic, "value": value, **kw})
+        return type("Meta", (), {"partition": 0, "offset": len(self.calls)})()
+
+
+def bus_with(monkeypatch: pytest.MonkeyPatch, tracer: trace.Tracer | None) -> Any:
+    from runtime.settings import Settings
+    from services.bus import CommandBus
+
+    monkeypatch.setattr(tracing, "_configured", tracer)
+    bus = CommandBus(Settings())
+    bus._producer = Producer()  # type: ignore[assignment]
+    return bus
+
+
+async def test_a_command_sent_in_a_request_carries_the_send_span_a_child_of_the_request(
+    spans: tuple[trace.Tracer, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracer, exporter = spans
+    bus = bus_with(monkeypatch, tracer)
+    command = Envelope.wrap(place_order(), message_id="m1", key="o1", saga_id="o1", occurred_at=T0)
+    with tracer.start_as_current_span("POST /orders") as request:
+        await bus.send("order-saga", command)
+    sent = by_name(exporter, "send sagaline.order-saga")
+    assert sent.kind == SpanKind.PRODUCER
+    assert sent.parent is not None and sent.parent.span_id == request.get_span_context().span_id
+    assert sent.attributes is not None
+    assert sent.attributes["messaging.destination.name"] == "sagaline.order-saga"
+    assert sent.attributes["messaging.message.id"] == "m1"
+    [call] = bus._producer.calls
+    assert parent_of(call["headers"]).span_id == sent.context.span_id
+
+
+async def test_off_a_command_goes_without_headers(
+    spans: tuple[trace.Tracer, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracer, exporter = spans
+    bus = bus_with(monkeypatch, None)
+    command = Envelope.wrap(place_order(), message_id="m1", key="o1", saga_id="o1", occurred_at=T0)
+    with tracer.start_as_current_span("POST /orders"):
+        await bus.send("order-saga", command)
+    [call] = bus._producer.calls
+    assert "headers" not in call
+    assert [s.name for s in exporter.get_finished_spans()] == ["POST /orders"]
+
+
+def test_each_event_the_projector_applies_is_a_span_in_its_own_trace_linked_to_the_batch(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    from readside.triage import Positioned
+    from services.projector.tracing import ProjectorTracing
+
+    tracer, exporter = spans
+    cause, headers = producer_context(tracer)
+    placed = oc.OrderPlaced(customer_id="c", lines=(), payment_method="card", total=Decimal(0))
+    event = Envelope.wrap(
+        placed,
+        message_id="e1",
+        key="o1",
+        saga_id="o1",
+        entity_type="order",
+        sequence=1,
+        occurred_at=T0,
+    )
+    read = {(3, 7): type("Record", (), {"headers": headers})()}
+    with ProjectorTracing(tracer, "t.events").batch([Positioned(event, 3, 7)], read):
+        pass
+    batch = by_name(exporter, "projector apply")
+    assert batch.parent is None  # a batch of many traces is a trace of its own
+    applied = by_name(exporter, "project orders")
+    assert applied.parent is not None and applied.parent.span_id == cause.span_id
+    assert [link.context.span_id for link in applied.links] == [batch.context.span_id]
+    assert applied.attributes is not None
+    assert applied.attributes["sagaline.read_model"] == "orders"
+    assert applied.attributes["sagaline.entity.id"] == "o1"
+    assert applied.attributes["sagaline.event.sequence"] == 1
+    assert applied.attributes["messaging.kafka.offset"] == 7
+    # it spans the batch's write
+    assert applied.start_time <= batch.start_time  # type: ignore[operator]
+    assert applied.end_time >= batch.end_time  # type: ignore[operator]
+
+
+def test_the_rebuild_is_one_span_with_a_child_per_stage_its_progress_enters(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    from spark_projections.progress import Progress
+    from spark_projections.tracing import rebuild_span
+
+    tracer, exporter = spans
+    with rebuild_span(None, "t.events") as off:
+        assert off is None
+    with rebuild_span(tracer, "t.events") as on_stage:
+        progress = Progress(emit=lambda line: None, on_stage=on_stage)
+        for stage in ("offsets", "read", "swap"):
+            progress.enter(stage)
+    root = by_name(exporter, "rebuild")
+    stages = [s for s in exporter.get_finished_spans() if s.name.startswith("rebuild ")]
+    assert [s.name for s in stages] == ["rebuild offsets", "rebuild read", "rebuild swap"]
+    assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in stages)
+    # one after the other, all within the run
+    assert all(a.end_time <= b.start_time for a, b in itertools.pairwise(stages))  # type: ignore[operator]
+    assert stages[-1].end_time <= root.end_time  # type: ignore[operator]

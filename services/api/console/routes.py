@@ -35,6 +35,7 @@ from services.api import saga_list
 from services.api.console import charts, data, session
 from services.api.console.session import Visitor
 from services.api.console.sessions import SessionStore
+from services.api.console.traces import trace_url
 from services.deadletters import DeadLetterDesk, Desk
 from services.projector.offsets import EndOffsets
 from services.projector.status import projection_status
@@ -374,6 +375,7 @@ async def saga(request: Request, saga_id: str) -> Response:
         who,
         page=page,
         actions=await _read(request, saga_actions, saga_id),
+        trace_url=trace_url(request.app.state.settings, saga_id, [s.at for s in page.steps]),
         lanes=charts.lanes(page.steps, kind),
         swimlanes=charts.swimlanes(page.steps, kind),
     )
