@@ -53,8 +53,6 @@ __all__ = ["MIB", "FaustTable", "_send_ticks", "create_app"]
 MIB = 1024 * 1024
 
 faust_seam.make_producers_idempotent()
-# A dead worker's partitions go to the workers holding their standbys (faust_seam).
-faust_seam.place_actives_on_copies()
 # Records reach the agents without four tasks each (services/worker/delivery.py).
 delivery.install()
 

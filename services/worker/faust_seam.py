@@ -53,9 +53,7 @@ require_tested_faust()
 
 # Faust is imported only once its version is known to be one these internals exist in.
 import faust  # noqa: E402
-import faust.assignor.partition_assignor  # noqa: E402
 import faust.streams  # noqa: E402
-from faust.assignor.copartitioned_assignor import CopartitionedAssignor  # noqa: E402
 from faust.exceptions import ImproperlyConfigured  # noqa: E402
 from faust.stores import STORES  # noqa: E402
 from faust.stores.memory import Store as MemoryStore  # noqa: E402
@@ -66,8 +64,6 @@ from faust.transport.consumer import Consumer  # noqa: E402
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
 from faust.types import TP, AppT, CollectionT  # noqa: E402
 from mode.services import WaitResults  # noqa: E402
-
-from services.worker.placement import Held, place_actives, standbys_kept  # noqa: E402
 
 # --- the producer ---------------------------------------------------------------------------
 
@@ -198,47 +194,6 @@ def is_drain_flow_wait(consumer: Any, waitable: Any) -> bool:
 def replace_consumer_wait_first(wait_first: Callable[..., Awaitable[Any]]) -> None:
     """Put ``wait_first`` on Faust's ``Consumer`` class (every Faust app of the process)."""
     Consumer.wait_first = wait_first  # type: ignore[method-assign, assignment]
-
-
-# --- the partition assignor -----------------------------------------------------------------
-
-
-class StandbyFirstAssignor(CopartitionedAssignor):
-    """Faust's assignor of one copartitioned group (``CopartitionedAssignor``), with the
-    actives placed by :func:`~services.worker.placement.place_actives`: a partition goes to
-    a worker that holds a copy of it (its active or a standby in the last generation) even
-    when Faust's would have sent it to one without (Faust keeps every active where it was
-    within ``max_capacity`` and promotes a standby only if its holder is under it). The
-    standbys are then Faust's (``_assign(active=False)``: sticky, the missing ones round
-    robin), starting from those :func:`~services.worker.placement.standbys_kept` keeps.
-    Without standbys (``replicas`` 0, or one worker) it is Faust's assignor unchanged.
-
-    ``_client_assignments`` are the members' ``CopartitionedAssignment``: ``actives`` and
-    ``standbys`` sets of partitions, as reported by each member of its last generation."""
-
-    def get_assignment(self) -> Any:
-        if self.replicas == 0:
-            return super().get_assignment()
-        clients = self._client_assignments
-        held = {
-            client: Held(frozenset(a.actives), frozenset(a.standbys))
-            for client, a in clients.items()
-        }
-        actives = place_actives(self.num_partitions, held, self.max_capacity)
-        standbys = standbys_kept(held, actives, self.replicas, self.max_capacity * self.replicas)
-        for client, assignment in clients.items():
-            assignment.actives = actives[client]
-            assignment.standbys = standbys[client]
-        self._assign(active=False)
-        return clients
-
-
-def place_actives_on_copies() -> None:
-    """Make Faust's ``PartitionAssignor`` place each copartitioned group with
-    :class:`StandbyFirstAssignor` (every Faust app of the process): its
-    ``_perform_assignment`` builds a ``CopartitionedAssignor`` per group by the name in its
-    module."""
-    faust.assignor.partition_assignor.CopartitionedAssignor = StandbyFirstAssignor  # type: ignore[attr-defined]
 
 
 # --- streams --------------------------------------------------------------------------------
