@@ -40,6 +40,7 @@ from services.worker.deadlines import HORIZON, DeadlineIndex
 from services.worker.faust_table import FaustTable
 from services.worker.ingest import DebeziumIngest
 from services.worker.kafka_ports import KafkaPorts
+from services.worker.membership import TICK_S, Membership
 from services.worker.metrics import Metrics
 from services.worker.metrics_pages import register_metrics
 from services.worker.resume import resume_from_stored_positions
@@ -102,14 +103,36 @@ def create_app(
     budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None
     # Off (the default), no tracer: the runners build no span, context nor header.
     tracer = tracing.configure(settings.tracing, "worker")
-    runners = [_register(app, settings, budget, process, metrics, tracer) for process in processes]
+    membership = _membership(app, settings)
+    runners = [
+        _register(app, settings, budget, process, metrics, membership, tracer)
+        for process in processes
+    ]
     consumers: list[Batched] = [*runners]
     if settings.cdc_enabled:
-        consumers.append(_register_ingest(app, settings, budget, metrics))
+        consumers.append(_register_ingest(app, settings, budget, metrics, membership))
     resume_from_stored_positions(app, consumers, settings.start_without_position)
     register_deadline_timer(app, settings, runners)
     register_metrics(app, settings, metrics, runners)
     return app, runners
+
+
+def _membership(app: faust.App, settings: Settings) -> Membership:
+    """One guard for every writer of the process (services/worker/membership.py): its ticker
+    turns on the event loop, and each completed assignment ends a doubt."""
+    membership = Membership(
+        settings.session_timeout_s, rebalancing=lambda: faust_seam.changing_hands(app)
+    )
+
+    @app.timer(interval=TICK_S)  # type: ignore[untyped-decorator]
+    async def tick() -> None:
+        membership.tick()
+
+    async def assigned() -> None:
+        membership.assigned()
+
+    faust_seam.after_seek_to_committed(app, assigned)
+    return membership
 
 
 def _register(
@@ -118,14 +141,15 @@ def _register(
     budget: MemoryBudget | None,
     process: Process[Any],
     metrics: Metrics,
+    membership: Membership,
     tracer: Tracer | None = None,
 ) -> ProcessRunner:
     topic = app.topic(settings.topic(process.name), key_type=bytes, value_type=bytes)
     table = _table(app, settings, budget, process.name, settings.partitions)
-    ports = KafkaPorts(app, settings)
+    ports = KafkaPorts(app, settings, membership)
     runner = ProcessRunner(
         process=process,
-        table=FaustTable(table, ports.send_to),
+        table=FaustTable(table, ports.send_to, membership.check),
         send=ports.send,
         topic_for=settings.topic,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
@@ -149,7 +173,11 @@ def _register(
 
 
 def _register_ingest(
-    app: faust.App, settings: Settings, budget: MemoryBudget | None, metrics: Metrics
+    app: faust.App,
+    settings: Settings,
+    budget: MemoryBudget | None,
+    metrics: Metrics,
+    membership: Membership,
 ) -> DebeziumIngest:
     """The Debezium ingest edge (SAGALINE_CDC_ENABLED): one agent over Debezium's four legacy
     topics, its read positions in a table partitioned like them (see
@@ -157,13 +185,13 @@ def _register_ingest(
     names = [*legacy_table_topics(settings), legacy_transaction_topic(settings)]
     topic = app.topic(*names, key_type=bytes, value_type=bytes)
     table = _table(app, settings, budget, LEGACY_INGEST, settings.cdc_topic_partitions)
-    ports = KafkaPorts(app, settings)
+    ports = KafkaPorts(app, settings, membership)
     ingest = DebeziumIngest(
         name=LEGACY_INGEST,
         table_topics=tuple(legacy_table_topics(settings)),
         transaction_topic=legacy_transaction_topic(settings),
         correlator_topic=settings.topic(LEGACY_TX),
-        table=FaustTable(table, ports.send_to),
+        table=FaustTable(table, ports.send_to, membership.check),
         send=ports.send,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
         metrics=metrics,

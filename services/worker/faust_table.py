@@ -48,9 +48,15 @@ class FaustTable:
     changelog over it gives the changelog's own state).
     """
 
-    def __init__(self, table: Any, send_to: SendTo) -> None:
+    def __init__(
+        self, table: Any, send_to: SendTo, still_member: Callable[[], None] = lambda: None
+    ) -> None:
         self.table = table
         self._send_to = send_to
+        self._still_member = still_member
+        """Raises when this process may have lost its partitions while the changelog
+        records were in flight (services/worker/membership.py): they are then not applied
+        locally, and the partition is recovered from its changelog when it comes back."""
 
     def load(self, key: str, partition: int) -> bytes | None:
         with in_partition(partition):
@@ -72,6 +78,7 @@ class FaustTable:
         changelog = self.table.changelog_topic.get_topic_name()
         futures = [await self._send_to(changelog, k, v, p) for k, v, p in writes]
         acked = await asyncio.gather(*futures)
+        self._still_member()
         store = self.table.data
         _store_locally(store, writes)
         reached: dict[int, int] = {}

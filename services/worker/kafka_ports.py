@@ -13,25 +13,32 @@ from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.tracing import Headers
 from services.worker.faust_seam import seek_and_wait, send_record
+from services.worker.membership import Membership
 
 
 class KafkaPorts:
     """The runner's ``send``, ``send_to`` and ``seek`` over one Faust app, and its
-    :class:`OffsetProbe`."""
+    :class:`OffsetProbe`. Nothing is sent while ``membership`` is in doubt (a frozen
+    process may have lost its partitions: :mod:`services.worker.membership`)."""
 
-    def __init__(self, app: faust.App, settings: Settings) -> None:
+    def __init__(
+        self, app: faust.App, settings: Settings, membership: Membership | None = None
+    ) -> None:
         self.app = app
+        self.membership = membership or Membership(settings.session_timeout_s)
         self.probe = OffsetProbe(settings)
         app.on_before_shutdown.connect(self.probe.close_on_signal)
 
     async def send(
         self, topic_name: str, key: bytes, value: bytes, headers: Headers | None = None
     ) -> Any:
+        self.membership.check()
         return await send_record(self.app, topic_name, key, value, None, headers)
 
     async def send_to(
         self, topic_name: str, key: bytes, value: bytes | None, partition: int
     ) -> Any:
+        self.membership.check()
         return await send_record(self.app, topic_name, key, value, partition)
 
     async def seek(self, topic_name: str, partition: int, offset: int) -> None:
