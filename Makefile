@@ -125,11 +125,13 @@ bench: install
 
 # The fault harness (RELIABILITY.md): its own broker on SAGALINE_FAULTS_KAFKA_PORT (19492),
 # a PostgreSQL database of its own per cycle on the server tests use (make stack-up starts it).
-# WORKERS: worker processes in one consumer group (each with a standby of every partition).
+# WORKERS: worker processes in one consumer group; STANDBYS: their table standby replicas
+# (empty: SAGALINE_TABLE_STANDBY_REPLICAS's default).
 CYCLES ?= 30
 WORKERS ?= 1
+STANDBYS ?=
 faults: install
-	$(BIN)/python -m faults --cycles $(CYCLES) --workers $(WORKERS)
+	$(BIN)/python -m faults --cycles $(CYCLES) --workers $(WORKERS) $(if $(STANDBYS),--standbys $(STANDBYS))
 
 clean: stop
 	rm -rf .local/worker-data .local/logs .local/sagaline.db*

@@ -91,6 +91,8 @@ class Cycle:
     rng: random.Random
     load_s: float
     workers: int = 1
+    standbys: int | None = None
+    """The workers' table standby replicas (None: the setting's default)."""
     process_faults: int = 3
     poison_faults: int = 5
     t0: float = 0.0
@@ -104,7 +106,7 @@ class Cycle:
         injector: Injector | None = None
         try:
             settings = cycle_settings(
-                self.broker.bootstrap, self.run_id, self.number, self.log_dir, db_url
+                self.broker.bootstrap, self.run_id, self.number, self.log_dir, db_url, self.standbys
             )
             stack = await asyncio.to_thread(Stack.create, settings, self.log_dir, self.workers)
             injector = Injector(stack, self.broker, self.rng, lambda: time.monotonic() - self.t0)

@@ -62,6 +62,7 @@ def main(
     port: int,
     controller_port: int,
     workers: int = 1,
+    standbys: int | None = None,
 ) -> int:
     run_id = time.strftime("%H%M%S") + uuid.uuid4().hex[:4]
     run_dir = REPO / ".local" / "faults" / run_id
@@ -87,7 +88,7 @@ def main(
     aborted: str | None = None
     say(
         f"faults run {run_id}: {cycles} cycles, seed {seed}, {workers} worker process"
-        f"{'es' if workers > 1 else ''}, logs in {run_dir}"
+        f"{'es' if workers > 1 else ''}, standbys {_standbys_text(standbys)}, logs in {run_dir}"
     )
     try:
         broker.reset()  # whatever an earlier, interrupted run left behind
@@ -99,7 +100,7 @@ def main(
         for n in range(1, cycles + 1):
             rng = random.Random(f"{seed}/{n}")
             cycle_dir = run_dir / f"cycle-{n:02d}"
-            cycle = Cycle(n, run_id, broker, cycle_dir, decks, rng, load_s, workers)
+            cycle = Cycle(n, run_id, broker, cycle_dir, decks, rng, load_s, workers, standbys)
             result = asyncio.run(_interruptible(cycle))
             results.append(result)
             say(cycle_line(result, cycles))
@@ -128,6 +129,10 @@ def main(
     return 1 if failed else 0
 
 
+def _standbys_text(standbys: int | None) -> str:
+    return "the default" if standbys is None else str(standbys)
+
+
 def _at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -142,8 +147,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--workers",
         type=_at_least_one,
         default=1,
-        help="worker processes in the consumer group, each with its own data directory and "
-        "one standby of every table partition; a worker fault hits one of them at random",
+        help="worker processes in the consumer group, each with its own data directory; a "
+        "worker fault hits one of them at random",
+    )
+    parser.add_argument(
+        "--standbys",
+        type=int,
+        default=None,
+        help="SAGALINE_TABLE_STANDBY_REPLICAS of the workers (default: the setting's default)",
     )
     parser.add_argument(
         "--seed",
@@ -166,7 +177,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def cli(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     return main(
-        args.cycles, args.seed, args.load_seconds, args.port, args.controller_port, args.workers
+        args.cycles,
+        args.seed,
+        args.load_seconds,
+        args.port,
+        args.controller_port,
+        args.workers,
+        args.standbys,
     )
 
 

@@ -84,7 +84,12 @@ def free_port() -> int:
 
 
 def cycle_settings(
-    bootstrap: str, run_id: str, cycle: int, cycle_dir: Path, db_url: str
+    bootstrap: str,
+    run_id: str,
+    cycle: int,
+    cycle_dir: Path,
+    db_url: str,
+    standbys: int | None = None,
 ) -> Settings:
     name = f"f{run_id}c{cycle}"
     values: dict[str, Any] = {
@@ -97,9 +102,6 @@ def cycle_settings(
         "api_port": free_port(),
         "api_host": "127.0.0.1",
         "session_timeout_s": SESSION_TIMEOUT_S,
-        # With several workers every table partition has a copy on another one (with one
-        # worker there is nowhere to put it: no cost).
-        "table_standby_replicas": 1,
         "step_timeout_s": STEP_TIMEOUT_S,
         "reservation_ttl_s": RESERVATION_TTL_S,
         "retire_after_s": RETIRE_AFTER_S,
@@ -110,6 +112,8 @@ def cycle_settings(
         "log_level": "INFO",
         "api_keys_file": cycle_dir / "api-keys",
     }
+    if standbys is not None:  # else what production runs by default
+        values["table_standby_replicas"] = standbys
     return Settings(**values)
 
 
