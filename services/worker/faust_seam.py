@@ -262,6 +262,14 @@ def is_rocksdict_store(store: Any) -> bool:
     return isinstance(store, RocksDBStore) and bool(store.use_rocksdict)
 
 
+def standby_partitions(table: Any) -> set[int]:
+    """The partitions of ``table`` this process holds as a standby: Faust's assignor's
+    ``assigned_standbys()`` (changelog topic partitions), the set its RocksDB store reads
+    when it decides which databases to open on an assignment."""
+    topics = table.changelog_topic.topics
+    return {tp.partition for tp in table.app.assignor.assigned_standbys() if tp.topic in topics}
+
+
 def open_partition_dbs(store: Any) -> Mapping[int, Any]:
     """The databases Faust's RocksDB store has open, by partition (``Store._dbs``: those of
     the partitions this worker holds). Empty for any other store."""

@@ -20,6 +20,7 @@ from services.worker.faust_seam import (
     is_rocksdict_store,
     open_partition_dbs,
     partition_db,
+    standby_partitions,
 )
 from services.worker.positions import position_key
 from services.worker.runner import Positions, StateWrite
@@ -106,9 +107,16 @@ class FaustTable:
     # its entries are never missing.
 
     def held_partitions(self) -> Sequence[int]:
+        """The partitions this process is the active writer of. Not its standbys: their
+        stores are written by Faust from the changelog alone. An index entry written for one
+        (the deadline rebuild repairs a partition's index) went to the changelog of a
+        partition another worker owns, and set the standby's persisted offset past the
+        records still in Faust's standby buffer: the store skipped them for good
+        (RELIABILITY.md, "Three workers")."""
         store = self.table.data
         if is_rocksdict_store(store):
-            return sorted(open_partition_dbs(store))
+            standbys = standby_partitions(self.table)
+            return sorted(p for p in open_partition_dbs(store) if p not in standbys)
         return [0]
 
     def index_keys(self, partition: int, start: str, stop: str) -> Iterator[str]:

@@ -3,14 +3,18 @@ which checks its writes against every store)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import faust
 import pytest
 from faust.stores.memory import Store as MemoryStore
+from faust.types import TP
 
-from services.worker.faust_app import FaustTable
+from runtime.settings import Settings
+from sagas.participants.ledger import CapacityLedger
+from services.worker.faust_app import FaustTable, create_app
 from services.worker.positions import position_key
 
 pytestmark = pytest.mark.unit
@@ -34,3 +38,23 @@ async def test_a_memory_store_can_be_scanned_while_batches_write_to_it() -> None
         seen.append(key)
         store[f"new-{key}".encode()] = b"v"  # what a batch stores during a yield
     assert sorted(seen) == ["k0", "k1", "k2"]
+
+
+def test_the_deadline_index_reads_and_repairs_only_partitions_held_as_active(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby's store is Faust's to write, from the changelog: an index entry the
+    rebuild wrote there went to another worker's changelog partition and moved the
+    standby's persisted offset past the records in Faust's standby buffer."""
+    settings = Settings(data_dir=tmp_path, store="rocksdb", partitions=2, rocksdb_memory_mb=16)
+    app, [runner] = create_app(settings, [CapacityLedger(name="inventory", entity_type="product")])
+    faust_table: Any = runner.faust_table  # type: ignore[attr-defined]
+    dbs = [faust_table.data._db_for_partition(p) for p in (0, 1)]  # both open, as Faust has them
+    changelog = faust_table.changelog_topic.get_topic_name()
+    try:
+        assert runner.table.held_partitions() == [0, 1]
+        monkeypatch.setattr(app.assignor, "assigned_standbys", lambda: {TP(changelog, 1)})
+        assert runner.table.held_partitions() == [0]
+    finally:
+        for db in dbs:
+            db.close()
