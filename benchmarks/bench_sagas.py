@@ -378,6 +378,22 @@ class Figures:
     mode: Tracing
     rate: float
     latencies: list[float]
+    cpu_ms: float
+    """The worker's CPU time per saga at full load (user + system, its threads included):
+    what tracing adds to its work, less moved by what else runs on the box than a rate."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (its threads included), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jaeger_pid() -> int | None:
+    try:
+        return int(Path(".local/jaeger/jaeger.pid").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -420,11 +436,20 @@ async def main(args: argparse.Namespace) -> None:
             if n:
                 await create_topics(run)
         half = figures[0].rate / 2 if figures else None
-        rate, latencies = await measure(args, run, data, relay_rate, half, enrollments=n == 0)
-        figures.append(Figures(mode, rate, latencies))
+        jaeger = jaeger_pid() if mode.ratio is not None else None
+        jaeger_cpu = cpu_seconds(jaeger) if jaeger else 0.0
+        rate, latencies, cpu_ms = await measure(
+            args, run, data, relay_rate, half, enrollments=n == 0
+        )
+        figures.append(Figures(mode, rate, latencies, cpu_ms))
         if traced and mode.ratio is not None:
             await asyncio.sleep(6)  # the batch span processor's last export (5 s schedule)
-            print(f"traces    {jaeger_traces(service)}")
+            spent = (
+                f", Jaeger's CPU over the mode {cpu_seconds(jaeger) - jaeger_cpu:.1f} s"
+                if jaeger
+                else ""
+            )
+            print(f"traces    {jaeger_traces(service)}{spent}")
     if traced:
         print_cost(figures)
 
@@ -436,9 +461,10 @@ async def measure(
     relay_rate: float,
     half_load: float | None,
     enrollments: bool,
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], float]:
     """One worker run: warm-up, full load, latency at half load (``half_load``, or half
-    of this run's full load), and the enrollments and soak if asked; its figures."""
+    of this run's full load), and the enrollments and soak if asked; its figures: the
+    full-load rate, the latencies at half load, the worker's CPU ms per saga at full load."""
     async with worker_bus_tail(settings, data, args.workers) as (workers, bus, tail):
         assert workers[0].proc is not None
         rss = RssSampler(workers[0].proc.pid)
@@ -454,11 +480,14 @@ async def measure(
         counted = await record_counts(settings)
         ports = [w.settings.worker_web_port for w in workers]
         gc_before = worker_counters(ports)["gc.seconds"]
+        pids = [w.proc.pid for w in workers if w.proc is not None]
+        cpu_before = sum(cpu_seconds(p) for p in pids)
         rate, _ = await run_orders(bus, tail, args.orders, args.products, None, watch)
+        cpu_ms = 1000 * (sum(cpu_seconds(p) for p in pids) - cpu_before) / args.orders
         collecting = (worker_counters(ports)["gc.seconds"] - gc_before) / (args.orders / rate)
         print(
             f"sagas     full load, {args.orders} single-line orders: {rate:,.0f} sagas/s = {rate / relay_rate:.3f}x the relay chain"
-            f" (worker in the garbage collector {100 * collecting:.0f}% of the time; "
+            f" (worker CPU {cpu_ms:.2f} ms per saga, in the garbage collector {100 * collecting:.0f}% of the time; "
             f"{watch.summary()})"
         )
         await asyncio.sleep(2)  # the last batches' changelog writes follow their outcomes
@@ -499,24 +528,46 @@ async def measure(
         await watch.stop()
         print(f"memory    {which} {rss.stop()}")
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
-        return rate, latencies
+        return rate, latencies, cpu_ms
 
 
 def print_cost(figures: list[Figures]) -> None:
-    """Each tracing mode's full-load rate and p99 at half load beside the tracing-off
-    figures of the same run (the median of its off runs when it has several)."""
+    """Each tracing mode's full-load rate, p99 at half load and worker CPU per saga beside
+    the tracing-off figures of the same run (the medians of its off runs when it has
+    several), each run, then each mode's medians when a mode ran more than once."""
     off = [f for f in figures if f.mode.ratio is None]
     if not off:
         return
-    off_rate = statistics.median(f.rate for f in off)
-    off_p99 = statistics.median(percentile(f.latencies, 99) for f in off)
-    print("cost      mode | full-load sagas/s | vs off | p99 at half load | vs off")
+    base = _medians(off)
+    print(
+        "cost      mode | full-load sagas/s, vs off | p99 at half load, vs off | worker CPU per saga, vs off"
+    )
     for f in figures:
-        p99 = percentile(f.latencies, 99)
-        print(
-            f"cost      {f.mode.name} | {f.rate:,.0f} | {f.rate / off_rate - 1:+.1%} | "
-            f"{p99 * 1000:.1f} ms | {p99 / off_p99 - 1:+.1%}"
-        )
+        _print_cost_line(f.mode.name, _medians([f]), base)
+    modes = list(dict.fromkeys(f.mode for f in figures))
+    if len(modes) < len(figures):
+        print("cost      medians by mode:")
+        for mode in modes:
+            runs = [f for f in figures if f.mode == mode]
+            _print_cost_line(f"{mode.name} ({len(runs)} runs)", _medians(runs), base)
+
+
+def _medians(figures: list[Figures]) -> tuple[float, float, float]:
+    return (
+        statistics.median(f.rate for f in figures),
+        statistics.median(percentile(f.latencies, 99) for f in figures),
+        statistics.median(f.cpu_ms for f in figures),
+    )
+
+
+def _print_cost_line(
+    name: str, figures: tuple[float, float, float], off: tuple[float, float, float]
+) -> None:
+    (rate, p99, cpu), (off_rate, off_p99, off_cpu) = figures, off
+    print(
+        f"cost      {name} | {rate:,.0f}, {rate / off_rate - 1:+.1%} | "
+        f"{p99 * 1000:.1f} ms, {p99 / off_p99 - 1:+.1%} | {cpu:.2f} ms, {cpu / off_cpu - 1:+.1%}"
+    )
 
 
 if __name__ == "__main__":
