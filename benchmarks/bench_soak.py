@@ -51,8 +51,11 @@ from benchmarks.common import (
     percentile,
     run_settings,
 )
+from faults.checks import compensations, effects_once, malformed_events, sequences
+from faults.history import History
+from faults.topics import read_topic
 from runtime.settings import Settings
-from runtime.topics import INVENTORY, ORDER_SAGA, PAYMENT, create_topics
+from runtime.topics import EVENTS, INVENTORY, ORDER_SAGA, PAYMENT, create_topics
 from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
 from services.event_tail import EventTail
@@ -325,6 +328,27 @@ def issue25_settings(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+async def print_history_checks(settings: Settings) -> None:
+    """The fault harness's checks of the event topic, read whole: no two different events
+    with one sequence number, every effect once, every compensation where it is owed,
+    nothing malformed (faults/checks.py). With the workers' faults of the soak, what a lost
+    or doubled write would leave in the events shows here."""
+    records = await read_topic(settings.kafka_bootstrap, settings.topic(EVENTS))
+    history = History.of(records, skip=set())
+    found = [
+        *sequences(history),
+        *effects_once(history),
+        *compensations(history),
+        *malformed_events(history),
+    ]
+    print(
+        f"checks    the fault harness's checks of all {len(records):,} events (sequences,"
+        f" effects once, compensations, well-formed): {len(found)} violations"
+    )
+    for violation in found[:5]:
+        print(f"          {violation.kind}: {violation.subject}: {violation.detail}"[:300])
+
+
 async def main(args: argparse.Namespace) -> None:
     data, settings = run_settings(
         "soak",
@@ -423,6 +447,7 @@ async def main(args: argparse.Namespace) -> None:
             f"orders    {sent} sent, {len(soak.done)} ended ({not_confirmed} not CONFIRMED),"
             f" {len(soak.sent_at)} without an outcome 120 s after the last send"
         )
+        await print_history_checks(settings)
         dbs = int(median(soak.samples[-3:], "rocksdb_dbs"))
         budget = settings.rocksdb_memory_mb
         print(
