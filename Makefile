@@ -46,9 +46,17 @@ stack-down:
 	deploy/local/stack.sh down
 	deploy/local/jaeger.sh stop
 
+# Tracing (SAGALINE_TRACING, in the environment or .env; OTEL_SDK_DISABLED wins): on, and with
+# no collector named by OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, the
+# processes send their traces to OpenTelemetry's default endpoint, http://localhost:4318: the
+# local Jaeger's OTLP/HTTP receiver, which `make run` starts (deploy/local/jaeger.sh).
+TRACING_ON = $(BIN)/python -c 'import sys; from runtime.settings import Settings; from runtime.tracing import enabled_by_environment; sys.exit(0 if enabled_by_environment(Settings().tracing) else 1)'
+TO_LOCAL_JAEGER = test -z "$${OTEL_EXPORTER_OTLP_ENDPOINT:-}$${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT:-}"
+
 # Start PostgreSQL (the legacy database), the broker and Kafka Connect with Debezium, create
 # topics, migrate the read-model DB, start worker (legacy CDC on: it drives enrollments),
 # projector and API in the background, then place a few demo orders and print their outcomes.
+# With tracing on, Jaeger too (above), and where its UI is.
 run: install
 	deploy/local/postgres.sh start
 	deploy/local/kafka.sh start
@@ -59,6 +67,7 @@ run: install
 	@echo "API key of this machine (.local/api-key; the API keeps only its hash, in .local/api-keys):"
 	@$(BIN)/sagaline keys local
 	@deploy/local/stop.sh $(LOGS) >/dev/null
+	@if $(TRACING_ON) && $(TO_LOCAL_JAEGER); then deploy/local/jaeger.sh start; fi
 	SAGALINE_CDC_ENABLED=true SAGALINE_CDC_DRIVES_ENROLLMENT=true \
 	  nohup $(BIN)/sagaline worker > $(LOGS)/worker.log 2>&1 & echo $$! > $(LOGS)/worker.pid
 	nohup $(BIN)/sagaline projector > $(LOGS)/projector.log 2>&1 & echo $$! > $(LOGS)/projector.pid
@@ -71,6 +80,14 @@ run: install
 	@echo "  schema school) become legacy.* events and enrollments (README, 'Legacy database (CDC)')."
 	@echo "  Its password is generated, in .local/pg/pgpass: PGPASSFILE=.local/pg/pgpass psql ..., or deploy/local/postgres.sh psql -d legacy."
 	@echo "Stop them and Kafka Connect with 'make stop'; stop Kafka and PostgreSQL with 'make stack-down'."
+	@if ! $(TRACING_ON); then \
+	  echo "Tracing is off (SAGALINE_TRACING=true turns it on: README, 'Traces')."; \
+	elif $(TO_LOCAL_JAEGER); then \
+	  echo "Tracing is on: traces in the local Jaeger, UI at $$(deploy/local/jaeger.sh url) (service sagaline-worker, sagaline-api, ...);"; \
+	  echo "  'make stack-down' stops it (its traces are in memory only)."; \
+	else \
+	  echo "Tracing is on: traces to $${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT:-$$OTEL_EXPORTER_OTLP_ENDPOINT}"; \
+	fi
 
 # SIGTERM, up to 12 s for a clean stop, then SIGKILL (and a line) for whatever remains; then
 # the Kafka Connect worker (it commits its offsets and resumes from them on the next start).
