@@ -14,7 +14,8 @@
 #              copied from the per-user cache when that holds one); `make install` runs it
 #   start      build if needed, write the config, start Jaeger in the background with
 #              in-memory storage, every listener on 127.0.0.1, and wait until the OTLP
-#              receivers and the query API answer (timeout: 60 s); a no-op when it runs
+#              receivers and the query API answer (timeout: 60 s); a no-op when it runs,
+#              and when a Jaeger started elsewhere (another clone) answers on its ports
 #   stop       SIGTERM, wait, SIGKILL as a last resort (the traces are gone: memory only)
 #   status     exit 0 if Jaeger is running, 3 if not
 #   url        print the query UI/API base URL (http://127.0.0.1:16686)
@@ -269,6 +270,12 @@ cmd_start() {
   if pid="$(jaeger_pid)"; then
     wait_until_ready "$pid"
     log "already running (pid $pid): UI $(cmd_url), OTLP $(cmd_otlp)"
+    return 0
+  fi
+  # A Jaeger this script did not start (another clone's, or one of your own) already serves
+  # these ports: use it rather than fail on them.
+  if answers; then
+    log "a Jaeger not started from this clone answers on ${HOST} (UI $(cmd_url), OTLP $(cmd_otlp)): using it; stop it where it was started"
     return 0
   fi
   is_built || cmd_build
