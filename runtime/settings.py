@@ -413,7 +413,7 @@ class Settings(BaseSettings):
     )
     tracing_ui_url: str = Field(
         "http://127.0.0.1:16686",
-        description="Base URL of the trace UI (Jaeger's) the console's saga page links a saga's trace to, as `<url>/trace/<trace id>`, when SAGALINE_TRACING is on; empty: no link",
+        description="Base URL of the trace UI (Jaeger's) the console's saga page links to when SAGALINE_TRACING is on: a search of the worker's spans (service `sagaline-worker`) tagged with the saga's id, over the time of its steps; empty: no link",
     )
 
     # --- the nightly Spark rebuild (spark_projections, `sagaline rebuild`) -------------

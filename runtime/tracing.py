@@ -43,6 +43,7 @@ Headers = Sequence[tuple[str, bytes]]
 TRACEPARENT = "traceparent"
 
 _configured: trace.Tracer | None = None
+_sdk_provider: trace.TracerProvider | None = None
 
 
 class _KafkaGetter(Getter[Headers]):
@@ -94,12 +95,15 @@ def enabled_by_environment(switch: bool, environ: dict[str, str] | None = None) 
 def configure(switch: bool, component: str) -> trace.Tracer | None:
     """Install the SDK for this process (once) and return Sagaline's tracer; None when
     tracing is off, which is what the components check."""
-    global _configured
+    global _configured, _sdk_provider
     if not enabled_by_environment(switch):
         return None
     if _configured is None:
         provider = _provider(f"sagaline-{component}")
+        # Global too, for what reads the global one; Sagaline's own code and the
+        # instrumentations it sets up are given this one (a global set before wins).
         trace.set_tracer_provider(provider)
+        _sdk_provider = provider
         _configured = provider.get_tracer("sagaline")
         log.info(
             "tracing on: %s spans of service %s",
@@ -146,6 +150,11 @@ def active() -> trace.Tracer | None:
     return _configured
 
 
+def provider() -> trace.TracerProvider | None:
+    """The tracer provider :func:`configure` installed (None: tracing is off)."""
+    return _sdk_provider
+
+
 @contextmanager
 def sending(
     tracer: trace.Tracer, topic: str, key: str, message_id: str | None = None
@@ -170,16 +179,22 @@ def sending(
 def instrument_engine(engine: Any) -> None:
     """SQL spans (opentelemetry-instrumentation-sqlalchemy) of ``engine``'s statements, as
     children of the span current when each runs; nothing with tracing off."""
-    if _configured is None:
+    if _sdk_provider is None:
         return
-    from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    # The package's engine tracer (its event listeners, on this engine only), not its
+    # instrumentor: the instrumentor refuses SQLAlchemy 2.1 (it declares < 2.1) and wraps
+    # create_async_engine, whose import needs greenlet; it also instruments once per
+    # process, and the tests run the API's engine and the projector's in one.
+    from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
+    from opentelemetry.metrics import NoOpMeter
 
-    SQLAlchemyInstrumentor().instrument(engine=engine, tracer_provider=trace.get_tracer_provider())
+    tracer = _sdk_provider.get_tracer("opentelemetry.instrumentation.sqlalchemy")
+    usage = NoOpMeter("sagaline").create_up_down_counter("db.client.connections.usage")
+    EngineTracer(tracer, engine, usage)  # type: ignore[no-untyped-call]
 
 
 def shutdown() -> None:
     """Export the spans still queued (a stopping process would lose its last batch)."""
-    provider = trace.get_tracer_provider()
-    flush = getattr(provider, "shutdown", None)
-    if _configured is not None and flush is not None:
+    flush = getattr(_sdk_provider, "shutdown", None)
+    if flush is not None:
         flush()

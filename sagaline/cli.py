@@ -377,9 +377,11 @@ def deadletters_redrive(letter_offset: int, force: bool) -> None:
     """Send the original record of the letter at LETTER_OFFSET back to its source topic and
     partition (same key, same bytes: dedupe by message id still holds), when that topic is
     one of Sagaline's process channels. Fix the cause first."""
+    from runtime import tracing
     from services.deadletters import DeadLetterDesk, RedriveRefused, redrive
 
     settings = get_settings()
+    tracing.configure(settings.tracing, "cli")  # the re-sent record: a send span, headers
     try:
         done = _kafka(redrive(DeadLetterDesk(settings), settings, letter_offset, force=force))
     except RedriveRefused as exc:

@@ -60,9 +60,12 @@ def _plan(kind: str, given: dict[str, str], reason: str) -> Any:
 
 
 def _bus() -> Any:
+    from runtime import tracing
     from services.bus import CommandBus
 
-    return CommandBus(get_settings())
+    settings = get_settings()
+    tracing.configure(settings.tracing, "cli")  # the cancels it sends: send spans, headers
+    return CommandBus(settings)
 
 
 def _execute(action_id: str) -> Any:

@@ -112,8 +112,9 @@ class Message(BaseModel):
 class Envelope(BaseModel):
     """Metadata common to every message, and the payload as validated JSON.
 
-    It is the whole Kafka record value (UTF-8 JSON; fields that are null are left out);
-    Sagaline sets no Kafka headers."""
+    It is the whole Kafka record value (UTF-8 JSON; fields that are null are left out). The
+    only Kafka headers Sagaline sets are W3C trace context (``traceparent``, ``tracestate``)
+    when tracing is on; nothing is decided on them."""
 
     # The attribute docstrings become the schema's descriptions (contracts/, AsyncAPI).
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)

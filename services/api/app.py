@@ -160,6 +160,8 @@ def _telemetry(enabled: bool, traced: bool) -> TelemetryConfig:
         "metrics": enabled,
         "logs": enabled,
         "operation_spans": enabled,
+        # None: the global provider (what SAGALINE_API_OPENTELEMETRY alone expects).
+        "tracer_provider": tracing.provider() if traced else None,
     }
 
 

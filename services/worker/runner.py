@@ -561,7 +561,13 @@ class ProcessRunner:
         check_states: bool,
     ) -> None:
         """:meth:`_decide_one` inside the record's span, whose context what it sends carries;
-        the key's deadline entry keeps it (a tick's span links back to it)."""
+        the key's deadline entry keeps it (a tick's span links back to it). A record of an
+        unsampled trace gets no span: its context is passed on as it came."""
+        if (passed_on := tracing.passed_on(record.headers)) is not None:
+            decided = self._decide_one(record, b, now, check_states, passed_on)
+            if decided is not None and (kept := traceparent(passed_on)) is not None:
+                b.traces[decided.record_key] = kept
+            return
         remembered = self._remembered(record)
         with tracing.step(
             record.topic, record.partition, record.offset, record.key, record.headers, remembered

@@ -57,6 +57,14 @@ class StepTracing:
         self.process = process.name
         self.entity_type = process.entity_type
         self.saga = saga_type_of(process.entity_type) is not None
+        # The SDK's samplers that follow a sampled-out parent (the default, and every
+        # parentbased_* of OTEL_TRACES_SAMPLER): a record of an unsampled trace needs no span.
+        sampler = getattr(tracer, "sampler", None)
+        self.follows_parent = any(c.__name__ == "ParentBased" for c in type(sampler).__mro__)
+
+    def passed_on(self, headers: Headers | None) -> tuple[tuple[str, bytes], ...] | None:
+        """:func:`unsampled`'s context, when this process's sampler follows it."""
+        return unsampled(headers) if self.follows_parent else None
 
     @contextmanager
     def step(
@@ -134,6 +142,26 @@ class StepTracing:
         span = trace.get_current_span()
         span.set_status(Status(StatusCode.ERROR, reason[:300]))
         span.set_attribute("sagaline.dead_lettered", True)
+
+
+_PASSED_ON = ("traceparent", "tracestate")
+_TRACEPARENT_LENGTH = 55
+
+
+def unsampled(headers: Headers | None) -> tuple[tuple[str, bytes], ...] | None:
+    """The trace context of a record whose trace is not sampled, to pass on as it came
+    (None: sampled, or none). Every hop after an unsampled one follows its parent's decision
+    (the parent-based samplers), so a span there would record nothing: passing the context on
+    unchanged says the same to the hops after, without making a span, a context or headers
+    per record (what 99% of records cost at 1% sampling)."""
+    if not headers:
+        return None
+    for key, value in headers:
+        if key == "traceparent":
+            if len(value) != _TRACEPARENT_LENGTH or value[-2:] not in (b"00", b"02"):
+                return None  # sampled (flags 01 or 03), or not a W3C traceparent we read
+            return tuple((k, v) for k, v in headers if k in _PASSED_ON)
+    return None
 
 
 def _links(remembered: Context | None) -> list[Link] | None:

@@ -381,3 +381,61 @@ def test_the_rebuild_is_one_span_with_a_child_per_stage_its_progress_enters(
     # one after the other, all within the run
     assert all(a.end_time <= b.start_time for a, b in itertools.pairwise(stages))  # type: ignore[operator]
     assert stages[-1].end_time <= root.end_time  # type: ignore[operator]
+
+
+async def test_a_record_of_an_unsampled_trace_makes_no_span_and_passes_its_context_on(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    unsampled = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    headers = [("traceparent", unsampled), ("tracestate", b"k=v"), ("other", b"x")]
+    kafka = Kafka()
+    batch = [
+        record(lc.SetCapacity(on_hand=1), "p1", 0, headers),
+        record(lc.Reserve(reservation_id="o1:p1", quantity=1, ttl_seconds=60), "p1", 1, headers),
+    ]
+    table = DictTable()
+    await runner(ledger(), kafka, table, tracer).handle_batch(batch)
+    assert exporter.get_finished_spans() == ()
+    assert kafka.sent and all(
+        h == (("traceparent", unsampled), ("tracestate", b"k=v")) for *_, h in kafka.sent
+    )
+    assert table[entry_key("p1", T0 + timedelta(seconds=60))] == unsampled
+
+
+async def test_a_sampler_that_ignores_its_parent_still_records_an_unsampled_records_step() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    unsampled = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    kafka = Kafka()
+    batch = [record(lc.SetCapacity(on_hand=1), "p1", 0, [("traceparent", unsampled)])]
+    await runner(ledger(), kafka, DictTable(), provider.get_tracer("t")).handle_batch(batch)
+    [span] = exporter.get_finished_spans()
+    assert span.name == "inventory ledger.SetCapacity"
+    assert all(parent_of(h).span_id == span.context.span_id for *_, h in kafka.sent)
+
+
+def test_an_engines_statements_are_children_of_the_current_span_only_with_tracing_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sqlalchemy as sa
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    untraced, traced = sa.create_engine("sqlite://"), sa.create_engine("sqlite://")
+    tracing.instrument_engine(untraced)  # off: nothing listens
+    monkeypatch.setattr(tracing, "_sdk_provider", provider)
+    tracing.instrument_engine(traced)
+    with provider.get_tracer("t").start_as_current_span("projector apply") as batch:
+        for engine in (untraced, traced):
+            with engine.begin() as conn:
+                conn.execute(sa.text("select 1"))
+    [statement] = [s for s in exporter.get_finished_spans() if s.name != "projector apply"]
+    assert statement.attributes is not None
+    assert statement.attributes["db.statement"] == "select 1"
+    assert statement.parent is not None
+    assert statement.parent.span_id == batch.get_span_context().span_id
