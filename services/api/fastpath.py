@@ -24,9 +24,11 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
+from opentelemetry import trace
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runtime import tracing
 from services.api.body import NotJson, StrictJsonRequest
 from services.api.deps import IDEMPOTENCY_KEY_MAX
 
@@ -70,6 +72,8 @@ class FastLane:
             await self.app(scope, receive, send)
             return
         scope["route"] = route
+        if tracing.active() is not None:
+            _name_request_span(route.path)
         request = StrictJsonRequest(scope, receive)
         fast: Fast = route.endpoint.fast  # type: ignore[attr-defined]  # looked up now: tests swap it
         try:
@@ -84,6 +88,14 @@ class FastLane:
             await response(scope, receive, send)
             return
         await self.app(scope, _replaying(getattr(request, "_body", None), receive), send)
+
+
+def _name_request_span(path: str) -> None:
+    """The request's span (FastAPI's) named after the route, as FastAPI names it once its
+    router selects one: a fast request never reaches the router."""
+    span = trace.get_current_span()
+    span.update_name(f"POST {path}")
+    span.set_attribute("http.route", path)
 
 
 def _handler_for(api: FastAPI, exc: Exception) -> Callable[..., Any] | None:

@@ -133,6 +133,7 @@ async def test_a_declined_order_is_one_trace_from_the_request_to_its_last_compen
     request = the_request(trace)
     assert trace.roots() == [request]
     assert request.tags["span.kind"] == "server"
+    assert (request.operation, request.tags["http.route"]) == ("POST /orders", "/orders")
     sent = parent(trace, steps(trace, "order-saga", "order.Place")[0])
     assert sent.operation.startswith("send ") and sent.tags["span.kind"] == "producer"
     assert parent(trace, sent) == request
