@@ -27,10 +27,12 @@ Timing settings, and why (see also RELIABILITY.md):
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,10 +42,13 @@ from typing import Any
 from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 
 from faults.procs import REPO, Service
 from runtime.settings import Settings
 from services.keys import ensure_local_key
+
+log = logging.getLogger(__name__)
 
 
 def local_pg_url(database: str = "sagaline") -> str:
@@ -147,11 +152,22 @@ def create_database() -> tuple[str, str]:
     return name, url
 
 
-def drop_database(name: str) -> None:
+def drop_database(name: str, attempts: int = 5) -> None:
+    """Drop a cycle's database. A cleanup never ends a run: when a session of another role
+    holds the database (the server's other users: FORCE may not end it), it is tried again
+    and then left behind with a warning."""
     admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     try:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        for attempt in range(attempts):
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                return
+            except DBAPIError as exc:
+                if attempt == attempts - 1:
+                    log.warning("database %s left behind: %s", name, str(exc).splitlines()[0])
+                    return
+                time.sleep(1.0 + attempt)
     finally:
         admin.dispose()
 
