@@ -23,8 +23,8 @@ def test_the_setting_is_fausts_table_standby_replicas(standbys: int, tmp_path: P
     assert app.conf.table_standby_replicas == standbys
 
 
-def test_the_default_is_no_standby_while_a_standby_can_miss_records() -> None:
-    assert Settings().table_standby_replicas == 0
+def test_the_default_is_one_standby() -> None:
+    assert Settings().table_standby_replicas == 1
 
 
 def assign(workers: int, partitions: int, standbys: int) -> list[CopartitionedAssignment]:
