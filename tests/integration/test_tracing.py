@@ -11,6 +11,7 @@ payment never answers, the tick that fired its step timeout, linked to the step 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -18,9 +19,15 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from opentelemetry import trace
 
 from runtime import tracing
+from runtime.topics import DEAD_LETTERS, ORDER_SAGA
+from sagas.contracts import orders as oc
 from sagas.contracts.orders import FINAL_STATUSES
+from sagas.messages import Envelope
+from tests.integration.golden import T0
 from tests.integration.harness import Stack, isolated_settings, running_stack
 from tests.integration.jaeger import Jaeger, Span, Trace
 from tests.integration.readside import fresh_database
@@ -62,7 +69,9 @@ def otel_env(jaeger: Jaeger) -> Iterator[None]:
 async def stack(tmp_path_factory: pytest.TempPathFactory, otel_env: None) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp("tracing")
     with fresh_database("postgresql", tmp) as url:
-        settings = isolated_settings(tmp, database_url=url, tracing=True, step_timeout_s=3.0)
+        settings = isolated_settings(
+            tmp, database_url=url, tracing=True, step_timeout_s=3.0, log_format="json"
+        )
         async with running_stack(settings, tmp, projected=True) as stack:
             yield stack
 
@@ -194,6 +203,77 @@ async def test_a_timed_out_orders_trace_holds_the_tick_linked_to_the_step_that_s
     voids = steps(trace, "payment", "payment.Void")
     assert voids and parent(trace, voids[0]) == tick
     assert any(parent(trace, s) == tick for s in steps(trace, "inventory", "ledger.Cancel"))
+
+
+async def test_a_dead_letter_its_log_line_and_its_span_share_the_trace_of_its_cause(
+    stack: Stack, jaeger: Jaeger
+) -> None:
+    settings = stack.settings
+    cancel = Envelope.wrap(
+        oc.CancelOrder(), message_id="m-poison", key="poison-1", saga_id="poison-1", occurred_at=T0
+    )
+    poison = json.dumps({**json.loads(cancel.encode()), "type": "order.Teleport"}).encode()
+    tracer = tracing.active()
+    assert tracer is not None
+    with tracer.start_as_current_span("a caller") as caller:
+        headers = tracing.inject_headers()
+    await produce(settings, settings.topic(ORDER_SAGA), b"poison-1", poison, headers)
+    cause = caller.get_span_context()
+    # the worker's JSON line about it names the span it was decided in
+    line = await logged(stack, "m-poison")
+    assert line["trace_id"] == f"{cause.trace_id:032x}" and "dead-lettering" in line["message"]
+    # the letter carries that span's context
+    letter_headers = await first_record_headers(settings, settings.topic(DEAD_LETTERS))
+    letter_parent = tracing.extract_headers(letter_headers)
+    context = trace.get_current_span(letter_parent).get_span_context()
+    assert (f"{context.trace_id:032x}", f"{context.span_id:016x}") == (
+        line["trace_id"],
+        line["span_id"],
+    )
+    # and Jaeger has the span, failed, a child of the caller's
+    def has_step(traces: list[Trace]) -> bool:
+        return any(t.spans and any(s.span_id == line["span_id"] for s in t.spans) for t in traces)
+
+    [found] = await asyncio.to_thread(
+        jaeger.wait_for_traces, WORKER, {"sagaline.dead_lettered": "true"}, has_step, 60.0
+    )
+    step = found.by_id(line["span_id"])
+    assert step.tags.get("error") is True or step.tags.get("otel.status_code") == "ERROR"
+    assert step.parent_id == f"{cause.span_id:016x}"
+
+
+async def produce(
+    settings: Any, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=key, headers=headers)
+    finally:
+        await producer.stop()
+
+
+async def logged(stack: Stack, message_id: str, timeout: float = 60) -> dict[str, Any]:
+    """The worker's JSON log line about ``message_id``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        for text in stack.worker.tail_log(10**7).splitlines():
+            if text.startswith("{") and (line := json.loads(text)).get("message_id") == message_id:
+                return dict(line)
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"no log line about {message_id}: {stack.worker.tail_log()}")
+
+
+async def first_record_headers(settings: Any, topic: str) -> list[tuple[str, bytes]]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        record = await asyncio.wait_for(consumer.getone(), 30)
+        return list(record.headers)
+    finally:
+        await consumer.stop()
 
 
 def otlp_parent_and_links(jaeger: Jaeger, trace_id: str, span_id: str) -> tuple[str, list[str]]:
