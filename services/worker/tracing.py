@@ -80,7 +80,19 @@ class StepTracing:
         (``remembered``: the context its saga kept with the deadline) is a child of the step
         that set the deadline, and links to it."""
         parent = extract_headers(headers) if remembered is None else remembered
-        links = _links(remembered)
+        with self.tracer.start_as_current_span(
+            f"{self.process} process",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            links=_links(remembered),
+        ) as span:
+            # Attributes only for a span the sampler kept (none of the SDK's samplers reads
+            # them): a record whose new trace is sampled out pays for the span alone.
+            if span.is_recording():
+                span.set_attributes(self._where(topic, partition, offset, key))
+            yield Step(span, inject_headers())
+
+    def _where(self, topic: str, partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "messaging.system": "kafka",
             "messaging.operation.type": "process",
@@ -92,14 +104,7 @@ class StepTracing:
         }
         if key is not None:
             attributes["messaging.kafka.message.key"] = key.decode(errors="replace")
-        with self.tracer.start_as_current_span(
-            f"{self.process} process",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes=attributes,
-            links=links,
-        ) as span:
-            yield Step(span, inject_headers())
+        return attributes
 
     def describe(
         self,
@@ -110,7 +115,10 @@ class StepTracing:
         outbound: tuple[Any, ...],
         outcome: str,
     ) -> None:
-        """What the decision was: a saga's step, or a participant's decision."""
+        """What the decision was: a saga's step, or a participant's decision (nothing for a
+        span the sampler dropped)."""
+        if not span.is_recording():
+            return
         span.update_name(f"{self.process} {envelope.type}")
         commands = tuple(o.envelope.type for o in outbound if o.channel != EVENTS_CHANNEL)
         events = tuple(o.envelope.type for o in outbound if o.channel == EVENTS_CHANNEL)

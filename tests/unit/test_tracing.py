@@ -28,7 +28,7 @@ from sagas.participants.ledger import CapacityLedger
 from services.worker.deadlines import entry_key
 from services.worker.metrics import Metrics
 from services.worker.runner import DictTable, Incoming, ProcessRunner
-from services.worker.tracing import DEADLINE_HEADER, StepTracing
+from services.worker.tracing import DEADLINE_HEADER, StepTracing, unsampled
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -439,3 +439,23 @@ def test_an_engines_statements_are_children_of_the_current_span_only_with_tracin
     assert statement.attributes["db.statement"] == "select 1"
     assert statement.parent is not None
     assert statement.parent.span_id == batch.get_span_context().span_id
+
+
+async def test_a_new_trace_the_sampler_drops_gets_no_attributes_and_sends_its_unsampled_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    built: list[str] = []
+    monkeypatch.setattr(StepTracing, "_where", lambda *a: built.append("where") or {})
+    kafka = Kafka()
+    tracer = provider.get_tracer("t")
+    batch = [record(lc.SetCapacity(on_hand=1), "p1", 0)]  # no traceparent: a new trace
+    await runner(ledger(), kafka, DictTable(), tracer).handle_batch(batch)
+    assert exporter.get_finished_spans() == () and built == []
+    [(name, value)] = {h for *_, hs in kafka.sent for h in hs or ()}
+    assert name == "traceparent" and int(value[-2:], 16) & 1 == 0  # not sampled
+    assert unsampled([(name, value)]) == ((name, value),)  # so the next hop makes no span
