@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -174,6 +174,58 @@ def sending(
         f"send {topic}", kind=trace.SpanKind.PRODUCER, attributes=attributes
     ):
         yield inject_headers()
+
+
+class _Stages:
+    """The child spans of a staged run, one after the other."""
+
+    def __init__(self, tracer: trace.Tracer, root: trace.Span, name: str) -> None:
+        self._tracer = tracer
+        self._parent = trace.set_span_in_context(root)
+        self._name = name
+        self._current: trace.Span | None = None
+
+    def enter(self, stage: str) -> None:
+        """End the stage running, start ``stage``."""
+        self.close()
+        self._current = self._tracer.start_span(
+            f"{self._name} {stage}",
+            context=self._parent,
+            attributes={f"sagaline.{self._name}.stage": stage},
+        )
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.end()
+            self._current = None
+
+
+@contextmanager
+def staged(
+    tracer: trace.Tracer | None, name: str, attributes: dict[str, Any] | None = None
+) -> Iterator[Callable[[str], None]]:
+    """A run (the rebuild, a replay) as one span ``name``, current inside; yields what to
+    call as each of its stages starts, each stage a child span ``<name> <stage>``. With
+    ``tracer`` None (tracing off) it builds nothing and the call does nothing."""
+    if tracer is None:
+        yield _no_stage
+        return
+    with tracer.start_as_current_span(name, attributes=attributes) as root:
+        stages = _Stages(tracer, root, name)
+        try:
+            yield stages.enter
+        except SystemExit as exc:  # a command's exit (a replay's 1 says it diverged)
+            root.set_attribute("process.exit.code", exc.code if isinstance(exc.code, int) else 1)
+            raise
+        except BaseException as exc:
+            root.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}"))
+            raise
+        finally:
+            stages.close()
+
+
+def _no_stage(stage: str) -> None:
+    """Tracing off: a stage is nothing to record."""
 
 
 def instrument_engine(engine: Any) -> None:

@@ -7,9 +7,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from runtime.settings import Settings
 
 
 @click.command("replay")
@@ -39,8 +43,25 @@ def replay(
     """Replay every recorded saga and participant key (the process topics and the event
     topic, earliest to the end offsets at the start) through the candidate definitions and
     compare each decision with the recorded one."""
+    from runtime import tracing
+    from runtime.settings import get_settings
+
+    overrides = dict(_assignment(a) for a in assignments)
+    settings = get_settings()
+    with tracing.staged(tracing.configure(settings.tracing, "replay"), "replay") as stage:
+        _replay(settings, definitions, overrides, as_json, spark, stage)
+
+
+def _replay(
+    settings: Settings,
+    definitions: str | None,
+    overrides: dict[str, str],
+    as_json: bool,
+    spark: bool,
+    stage: Callable[[str], None],
+) -> None:
+    """The replay, each of its stages (choose, read, decide) a span with tracing on."""
     from runtime.kafka_security import KafkaUnreachable
-    from runtime.settings import Settings, get_settings
     from sagaline.wiring import build_processes
     from sagas.catalog import PROCESS_CHANNELS
     from sagas.machinery.process import Process
@@ -49,8 +70,7 @@ def replay(
     from services.replay.history import read_history
     from services.replay.report import render, summarize, to_json_text
 
-    overrides = dict(_assignment(a) for a in assignments)
-    settings = get_settings()
+    stage("choose")
 
     def every_process(settings: Settings) -> list[Process[Any]]:
         """Every channel's, the legacy CDC ones too: their topics hold history whether or
@@ -64,16 +84,19 @@ def replay(
     if spark:
         from sagaline.replay_spark import replay_on_spark
 
+        stage("spark")
         result = replay_on_spark(settings, chosen.candidates, chosen.baselines)
         summary = summarize(result, chosen.baselines is not None)
         click.echo(to_json_text(summary) if as_json else render(summary))
         sys.exit(1 if summary.diverging else 0)
     started = time.perf_counter()
+    stage("read")
     try:
         history = asyncio.run(read_history(settings, PROCESS_CHANNELS))
     except KafkaUnreachable as exc:
         raise click.ClickException(str(exc)) from exc
     read_s = time.perf_counter() - started
+    stage("decide")
     result = replay_all(
         history.histories, chosen.candidates, history.recording, chosen.baselines, history.until
     )

@@ -33,7 +33,6 @@ from spark_projections.progress import Emit, Progress, summary_lines
 from spark_projections.progress import print_line as _print
 from spark_projections.read import Offsets, fix_offsets, read_records
 from spark_projections.session import build_session, local_path
-from spark_projections.tracing import rebuild_span
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,8 @@ def run(
     running (tests share one); otherwise the job starts its own and stops it. With
     SAGALINE_TRACING, the run is one span and each stage a child of it."""
     tracer = tracing.configure(settings.tracing, "rebuild")
-    with rebuild_span(tracer, settings.topic(EVENTS)) as on_stage:
+    topic = {"messaging.system": "kafka", "messaging.destination.name": settings.topic(EVENTS)}
+    with tracing.staged(tracer, "rebuild", topic) as on_stage:
         return _run(settings, until_checkpoints, emit, spark, on_stage)
 
 
@@ -97,7 +97,7 @@ def _run(
     until_checkpoints: bool,
     emit: Emit | None,
     spark: SparkSession | None,
-    on_stage: Callable[[str], None] | None,
+    on_stage: Callable[[str], None],
 ) -> Summary:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     progress = Progress(

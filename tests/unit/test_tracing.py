@@ -365,12 +365,12 @@ def test_the_rebuild_is_one_span_with_a_child_per_stage_its_progress_enters(
     spans: tuple[trace.Tracer, InMemorySpanExporter],
 ) -> None:
     from spark_projections.progress import Progress
-    from spark_projections.tracing import rebuild_span
 
     tracer, exporter = spans
-    with rebuild_span(None, "t.events") as off:
-        assert off is None
-    with rebuild_span(tracer, "t.events") as on_stage:
+    with tracing.staged(None, "rebuild") as off:
+        off("read")
+    assert exporter.get_finished_spans() == ()
+    with tracing.staged(tracer, "rebuild") as on_stage:
         progress = Progress(emit=lambda line: None, on_stage=on_stage)
         for stage in ("offsets", "read", "swap"):
             progress.enter(stage)
@@ -459,3 +459,19 @@ async def test_a_new_trace_the_sampler_drops_gets_no_attributes_and_sends_its_un
     [(name, value)] = {h for *_, hs in kafka.sent for h in hs or ()}
     assert name == "traceparent" and int(value[-2:], 16) & 1 == 0  # not sampled
     assert unsampled([(name, value)]) == ((name, value),)  # so the next hop makes no span
+
+
+def test_a_commands_exit_is_recorded_on_its_run_span_and_an_exception_fails_it(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = spans
+    with pytest.raises(SystemExit), tracing.staged(tracer, "replay") as stage:
+        stage("read")
+        raise SystemExit(1)
+    with pytest.raises(KeyError), tracing.staged(tracer, "rebuild"):
+        raise KeyError("x")
+    replay, rebuild = (by_name(exporter, n) for n in ("replay", "rebuild"))
+    assert replay.attributes is not None and replay.attributes["process.exit.code"] == 1
+    assert replay.status.status_code == StatusCode.UNSET
+    assert rebuild.status.status_code == StatusCode.ERROR
+    assert by_name(exporter, "replay read").parent.span_id == replay.context.span_id  # type: ignore[union-attr]
