@@ -136,6 +136,7 @@ def _exporters(names: str) -> Iterable[Any]:
             # The exporter reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT...
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+            _warn_unless_http()
             yield OTLPSpanExporter()
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -143,6 +144,20 @@ def _exporters(names: str) -> Iterable[Any]:
             yield ConsoleSpanExporter()
         elif name not in ("", "none"):
             log.warning("OTEL_TRACES_EXPORTER %r is not one Sagaline knows (otlp, console)", name)
+
+
+def _warn_unless_http() -> None:
+    """Only OTLP over HTTP/protobuf is installed (one exporter, no gRPC stack to carry): a
+    collector asked for by another protocol gets a line saying so, not silence."""
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    )
+    if protocol.strip().lower() != "http/protobuf":
+        log.warning(
+            "OTEL_EXPORTER_OTLP_PROTOCOL %r: Sagaline exports OTLP over http/protobuf only "
+            "(the collector's HTTP port, 4318 by default)",
+            protocol,
+        )
 
 
 def active() -> trace.Tracer | None:

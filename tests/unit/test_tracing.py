@@ -475,3 +475,15 @@ def test_a_commands_exit_is_recorded_on_its_run_span_and_an_exception_fails_it(
     assert replay.status.status_code == StatusCode.UNSET
     assert rebuild.status.status_code == StatusCode.ERROR
     assert by_name(exporter, "replay read").parent.span_id == replay.context.span_id  # type: ignore[union-attr]
+
+
+def test_an_otlp_protocol_other_than_http_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    [exporter] = tracing._exporters("otlp")
+    assert type(exporter).__name__ == "OTLPSpanExporter" and not caplog.records
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    [_] = tracing._exporters("otlp")
+    [warning] = caplog.records
+    assert "http/protobuf only" in warning.getMessage()
