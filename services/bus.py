@@ -68,7 +68,12 @@ class CommandBus:
         return Position(topic, meta.partition, meta.offset)
 
     async def _send_traced(self, tracer: Tracer, topic: str, envelope: Envelope) -> Any:
-        """A send span, child of the request's, whose context the command carries."""
+        """A send span, child of the request's, whose context the command carries.
+
+        Not opentelemetry-instrumentation-aiokafka: it patches ``AIOKafkaProducer.send`` and
+        the consumer's fetches for the whole process, so the worker's Faust clients (every
+        changelog write, every fetch of a batch) and the projector's consumer would pay for
+        spans too; the one send that starts a saga's trace is made here instead."""
         with tracing.sending(tracer, topic, envelope.key, envelope.message_id) as headers:
             return await self._producer.send_and_wait(
                 topic, envelope.encode(), key=envelope.key.encode(), headers=headers
