@@ -110,7 +110,7 @@ def create_app(
     ]
     consumers: list[Batched] = [*runners]
     if settings.cdc_enabled:
-        consumers.append(_register_ingest(app, settings, budget, metrics, membership))
+        consumers.append(_register_ingest(app, settings, budget, metrics, membership, tracer))
     resume_from_stored_positions(app, consumers, settings.start_without_position)
     register_deadline_timer(app, settings, runners)
     register_metrics(app, settings, metrics, runners)
@@ -178,6 +178,7 @@ def _register_ingest(
     budget: MemoryBudget | None,
     metrics: Metrics,
     membership: Membership,
+    tracer: Tracer | None = None,
 ) -> DebeziumIngest:
     """The Debezium ingest edge (SAGALINE_CDC_ENABLED): one agent over Debezium's four legacy
     topics, its read positions in a table partitioned like them (see
@@ -198,6 +199,7 @@ def _register_ingest(
         seek=ports.seek,
         first_offset=ports.probe.first_at_or_after,
         deadletter_inline_max_bytes=settings.deadletter_inline_max_bytes,
+        tracer=tracer,
     )
     register_agent(app, settings, topic, LEGACY_INGEST, ingest)
     return ingest

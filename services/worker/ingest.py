@@ -26,7 +26,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from opentelemetry.trace import SpanKind, Tracer
+
+from runtime.tracing import Headers, inject_headers
 from sagas.legacy_ingest import change_envelope, marker_envelope
 from sagas.messages import Envelope
 from sagas.untrusted import ContractError
@@ -66,6 +70,9 @@ class DebeziumIngest:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     monotonic: Callable[[], float] = time.monotonic
     deadletter_inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
+    tracer: Tracer | None = None
+    """With tracing on: a span per change record (Debezium sends no trace context, so each
+    starts a trace), whose context the correlator's command carries."""
     positions: InputPositions = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,17 +85,17 @@ class DebeziumIngest:
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
         """Process a batch; when it raises, nothing of it was stored and it may be retried."""
         plan = self.positions.plan(batch, self.monotonic())
-        outbound: list[Envelope] = []
+        outbound: list[tuple[Envelope, Headers | None]] = []
         dead: list[DeadLetter] = []
         now = self.clock()
         for record in plan.admitted(batch):
-            envelope = self._translate(record, now, dead)
+            if self.tracer is None:
+                envelope, headers = self._translate(record, now, dead), None
+            else:
+                envelope, headers = self._translate_traced(self.tracer, record, now, dead)
             if envelope is not None:
-                outbound.append(envelope)
-        futures = [
-            await self.send(self.correlator_topic, env.key.encode(), env.encode())
-            for env in outbound
-        ]
+                outbound.append((envelope, headers))
+        futures = [await self._send_command(env, headers) for env, headers in outbound]
         futures += [await self.send(self.dead_letter_topic, d.key or b"", d.encode()) for d in dead]
         await asyncio.gather(*futures)  # every send acknowledged before the positions move
         await self.table.write([], positions_to_store(plan, batch))
@@ -99,6 +106,33 @@ class DebeziumIngest:
         self.metrics.inc(self.name, "records", len(batch))
         self.metrics.inc(self.name, "sent", len(outbound))
         self.metrics.inc(self.name, "dead_lettered", len(dead))
+
+    async def _send_command(self, envelope: Envelope, headers: Headers | None) -> Any:
+        key, value = envelope.key.encode(), envelope.encode()
+        if headers is None:
+            return await self.send(self.correlator_topic, key, value)
+        return await self.send(self.correlator_topic, key, value, headers)
+
+    def _translate_traced(
+        self, tracer: Tracer, record: Incoming, now: datetime, dead: list[DeadLetter]
+    ) -> tuple[Envelope | None, Headers | None]:
+        """:meth:`_translate` in the change record's span, a root: Debezium sends no context."""
+        with tracer.start_as_current_span(
+            f"{self.name} {record.topic}", kind=SpanKind.CONSUMER
+        ) as span:
+            envelope = self._translate(record, now, dead)
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "messaging.system": "kafka",
+                        "messaging.operation.type": "process",
+                        "messaging.destination.name": record.topic,
+                        "messaging.destination.partition.id": str(record.partition),
+                        "messaging.kafka.offset": record.offset,
+                        "sagaline.message.type": "" if envelope is None else envelope.type,
+                    }
+                )
+            return envelope, tuple(inject_headers())
 
     def _translate(
         self, record: Incoming, now: datetime, dead: list[DeadLetter]

@@ -487,3 +487,29 @@ def test_an_otlp_protocol_other_than_http_is_warned_about(
     [_] = tracing._exporters("otlp")
     [warning] = caplog.records
     assert "http/protobuf only" in warning.getMessage()
+
+
+async def test_each_debezium_change_starts_a_trace_the_correlators_command_carries(
+    spans: tuple[trace.Tracer, InMemorySpanExporter],
+) -> None:
+    import dataclasses
+
+    from tests.unit.test_legacy_ingest import captured, ingest
+
+    tracer, exporter = spans
+    kafka = Kafka()
+    batch = captured(schemas=False)
+    prefix = batch[0].topic.split(".")[0]
+    edge = dataclasses.replace(ingest(kafka, DictTable(), prefix), tracer=tracer)  # type: ignore[arg-type]
+    await edge.handle_batch(batch)
+    commands = kafka.on("t.legacy-tx")
+    assert commands
+    by_id = {s.context.span_id: s for s in exporter.get_finished_spans()}
+    for _, _, value, headers in commands:
+        span = by_id[parent_of(headers).span_id]
+        assert span.parent is None and span.name.startswith("legacy-ingest ")
+        assert span.attributes is not None
+        assert span.attributes["sagaline.message.type"] == Envelope.decode(value).type
+    off = Kafka()
+    await ingest(off, DictTable(), prefix).handle_batch(batch)  # type: ignore[arg-type]
+    assert off.sent and all(headers is None for *_, headers in off.sent)
