@@ -148,7 +148,9 @@ def definition_and_actions(driver: WebDriver, base: str, waiting: str) -> None:
     driver.find_element(By.ID, "a-reason").send_keys("browser test: payment provider down")
     driver.find_element(By.ID, "dry-run").click()
     until(lambda: "/console/actions/" in driver.current_url)
-    assert waiting in text_of(driver, "#action-sagas")
+    # A click does not wait for the page it navigates to: the URL can change before the
+    # action's page is in the document (CI of 721b282 looked for its table too soon).
+    until(lambda: waiting in text_of(driver, "#action-sagas"))
     assert "payment.Void to payment" in text_of(driver, "#action-sagas")
     assert text_of(driver, "#action-state") == "planned"
     shot(driver, "17-action-dry-run")
