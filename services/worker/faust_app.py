@@ -149,7 +149,7 @@ def _register(
     ports = KafkaPorts(app, settings, membership)
     runner = ProcessRunner(
         process=process,
-        table=FaustTable(table, ports.send_to, membership.check),
+        table=FaustTable(table, ports.send_to, membership.confirm_after_write),
         send=ports.send,
         topic_for=settings.topic,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
@@ -192,7 +192,7 @@ def _register_ingest(
         table_topics=tuple(legacy_table_topics(settings)),
         transaction_topic=legacy_transaction_topic(settings),
         correlator_topic=settings.topic(LEGACY_TX),
-        table=FaustTable(table, ports.send_to, membership.check),
+        table=FaustTable(table, ports.send_to, membership.confirm_after_write),
         send=ports.send,
         dead_letter_topic=settings.topic(DEAD_LETTERS),
         metrics=metrics,

@@ -55,9 +55,10 @@ class FaustTable:
         self.table = table
         self._send_to = send_to
         self._still_member = still_member
-        """Raises when this process may have lost its partitions while the changelog
-        records were in flight (services/worker/membership.py): they are then not applied
-        locally, and the partition is recovered from its changelog when it comes back."""
+        """Called once a write's changelog records are acknowledged, before they are
+        stored: it ends the process when it may have lost its partitions while they were in
+        flight (services/worker/membership.py), so a restart recovers them from the
+        changelog."""
 
     def load(self, key: str, partition: int) -> bytes | None:
         with in_partition(partition):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.worker import membership as membership_module
 from services.worker.membership import Membership, MembershipInDoubt
 
 pytestmark = pytest.mark.unit
@@ -85,3 +86,18 @@ def test_a_session_without_a_rebalance_ends_the_doubt_but_a_rebalance_holds_it()
     expelled.tick()
     with pytest.raises(MembershipInDoubt):
         expelled.check()  # the rebalance it caused is still going: only its end ends it
+
+
+def test_in_doubt_after_a_write_was_acknowledged_the_process_exits_without_storing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Storing the write could skip a new owner's records; leaving it unstored and going
+    on would let the next write's persisted offset skip it: a restart recovers both."""
+    exits: list[int] = []
+    monkeypatch.setattr("services.worker.membership.os._exit", exits.append)
+    membership, clock = ticking()
+    membership.confirm_after_write()
+    assert exits == []
+    clock.now += 8.0
+    membership.confirm_after_write()
+    assert exits == [membership_module.EXIT_IN_DOUBT]
