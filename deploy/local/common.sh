@@ -34,6 +34,20 @@ pid_alive() {
   [[ "$state" != "Z" ]]
 }
 
+# stop_pid PID TIMEOUT_S: SIGTERM (the process's own clean shutdown), up to TIMEOUT_S
+# seconds for it to exit, then SIGKILL (and a line saying so); returns once it is gone.
+stop_pid() {
+  local pid="$1" timeout_s="$2"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + timeout_s))
+  while pid_alive "$pid" && (( SECONDS < deadline )); do sleep 0.2; done
+  if pid_alive "$pid"; then
+    log "still alive after ${timeout_s} s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while pid_alive "$pid"; do sleep 0.2; done
+  fi
+}
+
 # require_cmd CMD HINT: fail early with an actionable message.
 require_cmd() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found in PATH. $2"

@@ -304,14 +304,7 @@ cmd_stop() {
     return 0
   fi
   log "stopping Jaeger (pid $pid) ..."
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + STOP_TIMEOUT_S))
-  while pid_alive "$pid" && (( SECONDS < deadline )); do sleep 0.2; done
-  if pid_alive "$pid"; then
-    log "still alive after ${STOP_TIMEOUT_S} s, sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while pid_alive "$pid"; do sleep 0.2; done
-  fi
+  stop_pid "$pid" "$STOP_TIMEOUT_S"
   rm -f "$PIDFILE"
   log "stopped"
 }
