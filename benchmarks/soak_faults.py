@@ -27,6 +27,8 @@ class Event:
     at: float
     """Loop time of the kill or stop."""
     restarted_at: float = 0.0
+    ready_at: float = 0.0
+    """Loop time the restarted worker reported ready."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -38,6 +40,7 @@ async def sigkill(worker: Worker, minute: float, back_after_s: float) -> Event:
     await asyncio.sleep(back_after_s)
     event.restarted_at = loop.time()
     await asyncio.to_thread(worker.start, 300)
+    event.ready_at = loop.time()
     return event
 
 
@@ -52,6 +55,7 @@ async def empty_restart(worker: Worker, minute: float) -> Event:
     started = time.monotonic()
     await asyncio.to_thread(worker.start, 600)
     ready_s = time.monotonic() - started
+    event.ready_at = loop.time()
     took = soak_state.recoveries(worker.log)
     offsets = soak_state.offsets_to_recover(worker.log)
     recovery = took[0] if took else float("nan")
@@ -75,6 +79,17 @@ def describe(event: Event, done: list[tuple[float, float, str, int]], partitions
     if missing:
         line += f"; no order processed since on {missing}"
     return "; ".join([line, *event.notes])
+
+
+WINDOW_AFTER_READY_S = 30.0
+"""A fault's window lasts until this long after its worker is ready again: the rebalance its
+return starts, and its recovery, fall inside."""
+
+
+def in_window(sent: float, events: list[Event]) -> bool:
+    """Whether an order sent at ``sent`` (loop time) met a fault: sent from the fault until
+    ``WINDOW_AFTER_READY_S`` after its worker was ready again."""
+    return any(e.at <= sent <= e.ready_at + WINDOW_AFTER_READY_S for e in events)
 
 
 async def at_minutes(
