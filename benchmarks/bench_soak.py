@@ -26,10 +26,12 @@ import asyncio
 import contextlib
 import csv
 import functools
+import multiprocessing
 import os
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +39,6 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine
 
 import sagas.domains  # noqa: F401  (registers every domain's contracts)
 from benchmarks import soak_faults, soak_state
@@ -60,7 +61,7 @@ from sagas.contracts.ledger import SetCapacity
 from services.bus import CommandBus
 from services.event_tail import EventTail
 from tests.integration.harness import Worker
-from tests.integration.readside import ProjectorProcess, fresh_database, read_engine
+from tests.integration.readside import ProjectorProcess, fresh_database
 
 MIB = 1024 * 1024
 ROCKSDB_KINDS = ("memtables", "table_readers", "block_cache")
@@ -220,34 +221,32 @@ CHANNELS = (ORDER_SAGA, PAYMENT)
 
 
 async def sample_state(
-    soak: Soak, settings: Settings, workers: list[Worker], engine: Engine | None, every: float
+    soak: Soak, settings: Settings, workers: list[Worker], database_url: str, every: float
 ) -> None:
     """Every ``every`` s: the order-saga and payment records counted from the workers'
     stores and from their changelogs (offset 0 to the end), the SST bytes of every worker,
-    and the read side's rows."""
-    async with httpx.AsyncClient(timeout=10) as http:
-        while True:
-            started = time.monotonic()
-            row: dict[str, Any] = {"t_s": round(started - soak.start, 1), "mono": started}
-            dirs = [w.settings.data_dir for w in workers]
-            for channel, n in (
-                await asyncio.to_thread(soak_state.store_records, dirs, CHANNELS)
-            ).items():
-                row[f"{channel}_keys"] = n
-            for channel, n in (await soak_state.changelog_records(settings, CHANNELS)).items():
-                row[f"{channel}_changelog"] = n
-            sst = 0.0
-            for w in workers:
-                url = f"http://127.0.0.1:{w.settings.worker_web_port}/metrics"
-                with contextlib.suppress(httpx.HTTPError):
-                    sst += worker_gauges((await http.get(url)).text).get("rocksdb_sst_mib", 0.0)
-            row["sst_mib_all_workers"] = round(sst, 1)
-            if engine is not None:
-                for name, n in (await asyncio.to_thread(soak_state.sql_rows, engine)).items():
-                    row[f"sql_{name}"] = n
-            row["phase"] = soak.phase
-            soak.state.append(row)
-            await asyncio.sleep(max(0.0, every - (time.monotonic() - started)))
+    and the read side's rows. The counting runs in a process of its own (spawned, so that
+    it inherits neither this loop nor its threads)."""
+    loop = asyncio.get_running_loop()
+    dirs = [w.settings.data_dir for w in workers]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        async with httpx.AsyncClient(timeout=10) as http:
+            while True:
+                started = time.monotonic()
+                row: dict[str, Any] = {"t_s": round(started - soak.start, 1), "mono": started}
+                count = functools.partial(
+                    soak_state.count_once, dirs, settings, CHANNELS, database_url
+                )
+                row |= await loop.run_in_executor(pool, count)
+                sst = 0.0
+                for w in workers:
+                    url = f"http://127.0.0.1:{w.settings.worker_web_port}/metrics"
+                    with contextlib.suppress(httpx.HTTPError):
+                        sst += worker_gauges((await http.get(url)).text).get("rocksdb_sst_mib", 0.0)
+                row["sst_mib_all_workers"] = round(sst, 1)
+                row["phase"] = soak.phase
+                soak.state.append(row)
+                await asyncio.sleep(max(0.0, every - (time.monotonic() - started)))
 
 
 def fault_plan(
@@ -403,14 +402,14 @@ async def main(args: argparse.Namespace) -> None:
         )
     data.mkdir(parents=True, exist_ok=True)
     extras = ExitStack()
-    engine: Engine | None = None
+    database_url = ""
     if args.projector:
         url = extras.enter_context(fresh_database("postgresql", data))
         settings = settings.model_copy(update={"database_url": url})
         projector = ProjectorProcess(settings, data)
         projector.start()
         extras.callback(projector.stop)
-        engine = extras.enter_context(read_engine(url))
+        database_url = url
     workers = [Worker(settings, data)]
     for n in range(1, args.workers):
         (data / f"worker{n}").mkdir(exist_ok=True)
@@ -429,7 +428,7 @@ async def main(args: argparse.Namespace) -> None:
         partitions=settings.partitions,
     )
     sampler = asyncio.create_task(soak.sample_forever(args.sample_s))
-    states = asyncio.create_task(sample_state(soak, settings, workers, engine, args.state_s))
+    states = asyncio.create_task(sample_state(soak, settings, workers, database_url, args.state_s))
     events: list[soak_faults.Event] = []
     bus, tail = CommandBus(settings), OutcomeTail(settings)
     await bus.start()

@@ -13,6 +13,7 @@ recovery stay bounded by live work.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,23 @@ async def _read_count(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> 
             seen += sum(1 for r in batch if r.offset < ends[tp])
         pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
     return seen
+
+
+def count_once(
+    data_dirs: Sequence[Path], settings: Settings, channels: Sequence[str], database_url: str
+) -> dict[str, int]:
+    """The stores', changelogs' and SQL counts of one sample, for a process of its own: read
+    in the soak's driver they held its event loop and its GIL for seconds a minute, and the
+    driver stamps every order's latency."""
+    row = {f"{c}_keys": n for c, n in store_records(data_dirs, channels).items()}
+    changelogs = asyncio.run(changelog_records(settings, channels))
+    row |= {f"{c}_changelog": n for c, n in changelogs.items()}
+    if database_url:
+        from tests.integration.readside import read_engine  # the child's own engine
+
+        with read_engine(database_url) as engine:
+            row |= {f"sql_{name}": n for name, n in sql_rows(engine).items()}
+    return row
 
 
 def sql_rows(engine: Engine) -> dict[str, int]:

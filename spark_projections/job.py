@@ -195,7 +195,7 @@ def _build(
     verdicts, counters = pipeline.count(staged)
     progress.enter("stage")
     since = started_at - timedelta(hours=settings.receipt_retention_h)
-    _fill_staging(engine, settings, pipeline.frames(staged, since), progress)
+    _fill_staging(engine, settings, pipeline.frames(staged, since), progress, scratch)
     _retain(engine, settings, started_at, progress)
     rows = {t.name: progress.rows[t.name] for t in swap.STAGED if t.name in progress.rows}
     return Built(started_at, verdicts, counters, rows)
@@ -221,16 +221,21 @@ def _stage_gated(spark: SparkSession, scratch: Path) -> pipeline.Staged:
 
 
 def _fill_staging(
-    engine: Engine, settings: Settings, frames: dict[Table, DataFrame], progress: Progress
+    engine: Engine,
+    settings: Settings,
+    frames: dict[Table, DataFrame],
+    progress: Progress,
+    scratch: Path,
 ) -> None:
     """Write every staged table. On PostgreSQL a few at once: each write also spends time
-    planning and in JDBC round trips, which another write's tasks can use. SQLite has one
-    write lock, so one at a time there."""
-    jdbc = staging.Jdbc.of(settings.database_url_with_password(), settings.rebuild_jdbc_batch_size)
+    planning, and in its COPY, which another write's tasks can use. SQLite has one write
+    lock, so one at a time there."""
+    url = settings.database_url_with_password()
+    to = staging.target(engine, url, settings.rebuild_jdbc_batch_size, scratch)
     staging.recreate(engine, swap.STAGED)
 
     def fill(table: Table) -> None:
-        staging.write(frames[table], jdbc, table)
+        staging.write(frames[table], to, table)
         progress.wrote(table.name, staging.count(engine, table))
 
     parallel = STAGING_WRITERS if engine.dialect.name == "postgresql" else 1
