@@ -438,10 +438,12 @@ class Settings(BaseSettings):
     )
     rebuild_scratch_dir: Path = Field(
         Path(".local/spark/scratch"),
-        description="Where the rebuild keeps its intermediate Parquet files, in a directory of each run's own (removed at its end; one a killed run left is removed a day later; relative to the repository; a shared filesystem under a cluster master)",
+        description="Where the rebuild keeps its intermediate files (Parquet; on PostgreSQL the COPY files of its staging tables), in a directory of each run's own (removed at its end; one a killed run left is removed a day later; relative to the repository; a shared filesystem under a cluster master)",
     )
     rebuild_jdbc_batch_size: int = Field(
-        10_000, ge=1, description="Rows per JDBC batch when the rebuild fills staging tables"
+        10_000,
+        ge=1,
+        description="Rows per JDBC batch when the rebuild fills staging tables on SQLite (on PostgreSQL it copies them in with COPY)",
     )
     rebuild_progress_s: float = Field(
         5.0, gt=0, description="How often the rebuild prints a progress line"
