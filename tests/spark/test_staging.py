@@ -56,6 +56,8 @@ def _copied(spark: SparkSession, engine: Engine, tmp: Path, table: Table, rows: 
 
 def _spark_type(column: Any) -> str:
     kind = column.type.__visit_name__
+    if kind == "numeric":
+        return f"decimal({column.type.precision},{column.type.scale})"
     return {
         "string": "string",
         "text": "string",
@@ -64,7 +66,6 @@ def _spark_type(column: Any) -> str:
         "datetime": "timestamp",
         "date": "date",
         "float": "double",
-        "numeric": f"decimal({column.type.precision},{column.type.scale})",
     }[kind]
 
 
