@@ -72,7 +72,9 @@ def _spark_type(column: Any) -> str:
 def test_texts_and_nulls_come_back_as_written(
     spark: SparkSession, engine: Engine, tmp_path: Path
 ) -> None:
-    rows = [("t", n, 2**40 + n, text, text) for n, text in enumerate(TEXTS)]
+    rows: list[tuple[str, int, int, str, str | None]] = [
+        ("t", n, 2**40 + n, text, text) for n, text in enumerate(TEXTS)
+    ]
     rows.append(("t", len(TEXTS), -1, "no raw", None))
     got = _copied(spark, engine, tmp_path, tables.rebuild_rejects, rows)
     assert got == sorted([tuple(r) for r in rows], key=repr)
