@@ -98,6 +98,8 @@ def create_app(
     faust_seam.drop_faust_views(app)
     # A standby's first changelog fetch survives the recovery's last resume of flow.
     faust_seam.keep_standby_changelog_on_resume(app)
+    # A leader that assigned without a topic's metadata asks for it until it has it.
+    faust_seam.rejoin_when_topics_appear(app)
     metrics = metrics or Metrics()
     # One budget for every table partition this process opens (rocksdb_budget).
     budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None

@@ -11,6 +11,8 @@ anything of Faust's is touched, and again by ``create_app``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import signal
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -22,6 +24,8 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from yarl import URL
+
+log = logging.getLogger(__name__)
 
 TESTED_FAUST = SpecifierSet(">=0.15.3,<0.16")
 """The faust-streaming versions every function below was checked against."""
@@ -121,6 +125,62 @@ def after_seek_to_committed(app: faust.App, then: Callable[[], Awaitable[None]])
         await then()
 
     consumer.perform_seek = perform_seek  # type: ignore[method-assign]
+
+
+METADATA_RETRY_S = 1.0
+"""How often the group's leader asks for the metadata of topics it assigned without."""
+
+
+def rejoin_when_topics_appear(app: faust.App, retry_s: float = METADATA_RETRY_S) -> None:
+    """Have the group's leader ask for metadata again, until it has it, when it assigned
+    partitions without some subscribed topic's metadata.
+
+    A leader whose metadata lacks a topic (a worker started while the broker was down, and
+    elected right after the broker came back: the topics' partitions not yet in its
+    metadata) gives nobody that topic's partitions (Faust's assignor: "Ignoring missing
+    topic"). aiokafka rejoins when the leader's metadata of the subscribed topics changes,
+    but only refreshes metadata every ``consumer_metadata_max_age_ms`` (5 minutes): the whole
+    group held no partition that long (RELIABILITY.md, run 03195910a1). The assignor's
+    ``assign`` (run by aiokafka's coordinator, on the consumer thread's loop) is wrapped:
+    with a topic missing, a task forces a metadata update every ``retry_s`` until every
+    missing topic is known; that update is what makes aiokafka rejoin and assign again."""
+    assignor: Any = app.assignor
+    assign = assignor.assign
+
+    def assign_then_watch(cluster: Any, member_metadata: Mapping[str, Any]) -> Any:
+        assignment = assign(cluster, member_metadata)
+        subscribed = {t for m in member_metadata.values() for t in m.subscription}
+        missing = sorted(t for t in subscribed if not cluster.partitions_for_topic(t))
+        if missing:
+            log.warning(
+                "assigned without the metadata of %d subscribed topic(s) (%s): asking for "
+                "it every %g s; the group rejoins once it arrives",
+                len(missing),
+                ", ".join(missing[:3]),
+                retry_s,
+            )
+            client = app.consumer._thread._ensure_consumer()._client  # type: ignore[attr-defined]
+            task = asyncio.get_running_loop().create_task(
+                refresh_until_known(client, cluster, missing, retry_s)
+            )
+            _watching.add(task)
+            task.add_done_callback(_watching.discard)
+        return assignment
+
+    assignor.assign = assign_then_watch
+
+
+_watching: set[asyncio.Task[None]] = set()
+"""The metadata watches running (a task needs a reference while it runs)."""
+
+
+async def refresh_until_known(
+    client: Any, cluster: Any, topics: Sequence[str], retry_s: float
+) -> None:
+    """Force aiokafka's metadata update until ``cluster`` knows every one of ``topics``."""
+    while any(not cluster.partitions_for_topic(t) for t in topics):
+        await client.force_metadata_update()
+        await asyncio.sleep(retry_s)
 
 
 def keep_standby_changelog_on_resume(app: faust.App) -> None:
