@@ -151,7 +151,7 @@ def rejoin_when_topics_appear(app: faust.App, retry_s: float = METADATA_RETRY_S)
         assignment = assign(cluster, member_metadata)
         subscribed = {t for m in member_metadata.values() for t in m.subscription}
         missing = sorted(t for t in subscribed if not cluster.partitions_for_topic(t))
-        if missing:
+        if missing and not _watching:  # one watch at a time: it asks for every topic
             log.warning(
                 "assigned without the metadata of %d subscribed topic(s) (%s): asking for "
                 "it every %g s; the group rejoins once it arrives",
@@ -177,7 +177,8 @@ _watching: set[asyncio.Task[None]] = set()
 async def refresh_until_known(
     client: Any, cluster: Any, topics: Sequence[str], retry_s: float
 ) -> None:
-    """Force aiokafka's metadata update until ``cluster`` knows every one of ``topics``."""
+    """Force aiokafka's metadata update until ``cluster`` knows every one of ``topics``
+    (the client asks for every topic it is subscribed to, these among them)."""
     while any(not cluster.partitions_for_topic(t) for t in topics):
         await client.force_metadata_update()
         await asyncio.sleep(retry_s)
