@@ -13,6 +13,7 @@ from faust.types import TP
 
 from runtime.settings import Settings
 from services.worker.batching import take_queued
+from services.worker.faust_seam import changing_hands
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions
 from services.worker.runner import Incoming, Table
@@ -68,7 +69,15 @@ async def handle_until_done(app: faust.App, runner: Batched, batch: list[Incomin
     """Retry a failed batch (broker down, send timed out) with capped backoff until it is
     done: Faust acks a batch's events whatever happens, so giving up here would skip them.
     Records of partitions this worker no longer owns are left to their new owner, which
-    resumes from the position stored in the table."""
+    resumes from the position stored in the table.
+
+    A batch that fails while partitions change hands is left at once, to the assignment
+    that ends the rebalance: it seeks every partition it gives this worker to its stored
+    position (services/worker/resume.py), so the records are read again by whoever holds
+    them then. Retrying would hold the rebalance itself: Faust's revocation waits for this
+    batch's events, and a batch refused because the worker is in doubt is refused until an
+    assignment completes (services/worker/membership.py). A thawed worker stayed out of
+    its group that way until it was stopped (RELIABILITY.md, defect 6)."""
     backoff = RETRY_FIRST_S
     while batch:
         try:
@@ -76,14 +85,19 @@ async def handle_until_done(app: faust.App, runner: Batched, batch: list[Incomin
             return
         except Exception as exc:
             runner.metrics.inc(runner.name, "batch_retries")
+            moving = changing_hands(app)
             log.warning(
-                "%s: a batch of %d record(s) failed (%s: %s); retrying in %.1f s",
+                "%s: a batch of %d record(s) failed (%s: %s); %s",
                 runner.name,
                 len(batch),
                 type(exc).__name__,
                 exc,
-                backoff,
+                "partitions are changing hands: left to the assignment that follows"
+                if moving
+                else f"retrying in {backoff:.1f} s",
             )
+            if moving:
+                return
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, RETRY_MAX_S)
         owned = app.consumer.assignment()

@@ -121,9 +121,12 @@ def create_app(
 
 def _membership(app: faust.App, settings: Settings) -> Membership:
     """One guard for every writer of the process (services/worker/membership.py): its ticker
-    turns on the event loop, and each completed assignment ends a doubt."""
+    turns on the event loop, it asks the consumer whether the group still knows it, and
+    each completed assignment ends a doubt."""
     membership = Membership(
-        settings.session_timeout_s, rebalancing=lambda: faust_seam.changing_hands(app)
+        settings.session_timeout_s,
+        rebalancing=lambda: faust_seam.changing_hands(app),
+        member=lambda: faust_seam.group_member(app),
     )
 
     @app.timer(interval=TICK_S)  # type: ignore[untyped-decorator]

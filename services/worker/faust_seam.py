@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from aiokafka.protocol.group import JoinGroupRequest
 from packaging.specifiers import SpecifierSet
 from yarl import URL
 
@@ -68,6 +69,9 @@ from faust.transport.consumer import Consumer  # noqa: E402
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
 from faust.types import TP, AppT, CollectionT  # noqa: E402
 from mode.services import WaitResults  # noqa: E402
+
+UNKNOWN_MEMBER_ID: str = JoinGroupRequest.UNKNOWN_MEMBER_ID
+"""The member id aiokafka holds while the group does not know its consumer."""
 
 # --- the producer ---------------------------------------------------------------------------
 
@@ -182,6 +186,21 @@ async def refresh_until_known(
     while any(not cluster.partitions_for_topic(t) for t in topics):
         await client.force_metadata_update()
         await asyncio.sleep(retry_s)
+
+
+def group_member(app: faust.App) -> bool:
+    """Whether the group coordinator still knows this process's consumer as a member.
+
+    aiokafka resets its member id (``GroupCoordinator.member_id``, on the consumer thread)
+    to ``JoinGroupRequest.UNKNOWN_MEMBER_ID`` (the empty string) when the coordinator
+    answers that it does not recognize the member or its generation (its session expired:
+    the process stalled, or the broker was unreachable, for longer than the session
+    timeout), when it leaves the group, and before its first join; the next JoinGroup
+    response brings a new id. Until the consumer has started there is no coordinator:
+    no member either. A plain attribute read, from any thread."""
+    consumer = getattr(app.consumer._thread, "_consumer", None)  # type: ignore[attr-defined]
+    coordinator = getattr(consumer, "_coordinator", None)
+    return coordinator is not None and coordinator.member_id != UNKNOWN_MEMBER_ID
 
 
 def keep_standby_changelog_on_resume(app: faust.App) -> None:

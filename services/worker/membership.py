@@ -18,11 +18,25 @@ clock jumps; its loop did not turn). The doubt ends when an assignment completes
 (the group has placed the partitions again and the tables were recovered), or when a whole
 session timeout has passed after it without a rebalance (the group did not expel this
 member: its heartbeat after the freeze was answered). A refused batch raises
-:class:`MembershipInDoubt` before anything of it is stored, and is retried, or dropped when
-its partition has moved (``services.worker.agents.handle_until_done``).
+:class:`MembershipInDoubt` before anything of it is stored, and is retried, or left when
+its partition has moved or partitions are changing hands
+(``services.worker.agents.handle_until_done``).
 
-What is left: a freeze that falls inside one write, after its check and before its records
-reach the broker. A table write checks again once its changelog records are acknowledged
+A freeze is not the only way to lose the partitions without knowing it: a broker down for
+longer than the session timeout expires every session, and the first worker back is given
+everything while the others still hold their old assignment (a stalled loop or a network
+cut would do the same). The group tells such a member at its next heartbeat ("member_id
+was not recognized"), and aiokafka resets its member id; but Faust's revocation then waits
+for the batch already taken from the stream, which went on to decide and write after the
+new owner had recovered those partitions (RELIABILITY.md, defect 6: index entries the new
+owner's store never read). So the guard also asks whether the group still knows this
+member (``member``): once it did not, every write is refused until an assignment
+completes.
+
+What is left: a write on its way when the freeze or the expulsion happens (after its
+check, before its records reach the broker), and an expulsion this member has not heard of
+yet (the group has reassigned, its next heartbeat has not been answered). A table write
+checks again once its changelog records are acknowledged
 (:meth:`Membership.confirm_after_write`): in doubt then, the process exits at once without
 storing them. Storing them could skip the new owner's records that landed before them; not
 storing them and going on would let the next write's persisted offset skip them (the CI of
@@ -58,13 +72,21 @@ class Membership:
         session_timeout_s: float,
         rebalancing: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
+        member: Callable[[], bool] = lambda: True,
     ) -> None:
         self.session_timeout_s = session_timeout_s
         self.freeze_s = session_timeout_s / 2
         self._rebalancing = rebalancing
         self._clock = clock
+        self._member = member
+        """Whether the group coordinator still knows this process's consumer
+        (``faust_seam.group_member``)."""
         self._last_tick: float | None = None
         self._doubt_since: float | None = None
+        self._expelled = False
+        """The group did not know this member at some point since the last completed
+        assignment: only the next one ends it (a new member id alone does not: it holds
+        no partition until then)."""
         self.refused = 0
         """Writes refused so far (a metric for operators: each is a frozen process)."""
 
@@ -72,20 +94,31 @@ class Membership:
         """Called every :data:`TICK_S` by the worker's ticker task."""
         now = self._clock()
         self._note_freeze(now)
+        self._note_expulsion()
         self._last_tick = now
 
     def assigned(self) -> None:
         """An assignment has completed: its tables recovered, its partitions sought."""
         self._doubt_since = None
+        self._expelled = False
 
     @property
     def in_doubt(self) -> bool:
-        return self._doubt_since is not None
+        return self._doubt_since is not None or self._expelled
 
     def check(self) -> None:
         """Raise :class:`MembershipInDoubt` while this process may be a zombie."""
         now = self._clock()
         self._note_freeze(now)
+        self._note_expulsion()
+        if self._expelled:
+            self.refused += 1
+            raise MembershipInDoubt(
+                "this worker's consumer is no longer a member of its group (its session "
+                "expired: the broker unreachable or the process stalled for longer than the "
+                "session timeout), so its partitions may be another worker's: it writes "
+                "nothing until its next assignment completes"
+            )
         if self._doubt_since is None:
             return
         if now - self._doubt_since > self.session_timeout_s and not self._rebalancing():
@@ -109,6 +142,10 @@ class Membership:
             log.critical("exiting before storing an acknowledged table write: %s", doubt)
             logging.shutdown()
             os._exit(EXIT_IN_DOUBT)
+
+    def _note_expulsion(self) -> None:
+        if not self._expelled and not self._member():
+            self._expelled = True
 
     def _note_freeze(self, now: float) -> None:
         if self._last_tick is not None and now - self._last_tick > self.freeze_s:
