@@ -130,6 +130,12 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
     )
+    store_every_ms: int = Field(
+        100,
+        ge=0,
+        le=5_000,
+        description="How long a worker may hold decided states before storing them, so that the batches of that span are stored in one changelog write (0: every batch's states are stored before the next batch; outputs are sent and acknowledged batch by batch either way; a crash or rebalance processes at most that span again, which re-creates the same messages)",
+    )
     deadline_poll_ms: int = Field(
         200, ge=10, description="How often the worker checks for due deadlines"
     )
@@ -508,6 +514,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 "the database password is given twice: in SAGALINE_DATABASE_URL and in "
                 "SAGALINE_DATABASE_PASSWORD_FILE; keep one"
+            )
+        if self.batch_size > self.seen_window:
+            # A batch stored in part is replayed: each key must find every message id of it
+            # in its seen window (services/worker/runner.py).
+            raise ValueError(
+                f"SAGALINE_BATCH_SIZE={self.batch_size} is over SAGALINE_SEEN_WINDOW="
+                f"{self.seen_window}: a batch must fit in the ids each key remembers"
             )
         if self.cdc_drives_enrollment and not self.cdc_enabled:
             # Without CDC the correlator does not run: nothing would drive the enrollments,

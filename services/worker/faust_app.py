@@ -160,6 +160,7 @@ def _register(
         dead_letter_topic=settings.topic(DEAD_LETTERS),
         metrics=metrics,
         seen_window=settings.seen_window,
+        store_every_s=settings.store_every_ms / 1000,
         seek=ports.seek,
         first_offset=ports.probe.first_at_or_after,
         max_message_bytes=settings.max_message_bytes,

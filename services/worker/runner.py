@@ -37,8 +37,29 @@ then the persisted changelog offset; the input positions written after the state
 What must not happen, and does not: writing a key's state of the middle of the batch with
 the batch's positions (the later records would be skipped on replay yet not reflected), or
 carrying a state across batches without its positions (a later batch's positions would
-outrun it). Coalescing across several batches would need both held back together; it is
-not done (PERF_STATUS.md).
+outrun it).
+
+Stores that span batches (``store_every_s``, SAGALINE_STORE_EVERY_MS). A batch of two
+records pays a whole store: a produce request and its acknowledgement, a RocksDB write, the
+persisted offset, a changelog record per key and one for the position (BENCHMARKS.md,
+issue 27). So the batches decided within the span are stored together, once: each batch's
+outputs are still sent and acknowledged before the next batch is decided, while their
+states and positions are held back *together* and written in one :meth:`Table.write`, each
+key once with its last state, the positions of the span's last batch after them. That is
+the argument above with "the batch" read as "the span": a span is a batch whose records
+came in several deliveries. Its records are decided in offset order on the states the
+span's earlier records left, exactly as one batch's are; a crash before the span's write
+completes leaves the states and positions from before the span, so the whole span is
+decided again from there (its outputs re-created with the same ids), and a write cut
+part-way leaves some keys' last states without the positions, found again by the keys'
+``seen`` windows, which is why a span holds at most SAGALINE_SEEN_WINDOW records (a store
+comes first when the next batch would pass it). What the span adds: pending states are
+read by the next batches (never by the cache, which holds only what the table holds), and
+a rebalance voids them: a span decided before one is not stored, the positions are read
+again from the table (a partition kept resumes there, with a seek), and its records are
+decided again there or by the partition's new owner. A span is stored when the next batch
+finds it due, or by a task of the runner when no batch comes (:meth:`_store_when_due`).
+Deadlines of pending states are scheduled when they are stored, up to a span late.
 
 A key's histories (its seen ids, a participant's finished reservations:
 :mod:`sagas.machinery.history`) are stored apart from its record, in chunks written once,
@@ -128,6 +149,10 @@ max request size (Faust's ``producer_max_request_size``, 1,000,000 bytes, which 
 keeps; the broker's default max message size, 1,048,588, is larger) less a record batch's
 framing (under 100 bytes) with margin. A larger one would be refused on every retry of its
 batch, and the partition would stop."""
+
+STORE_RETRY_FIRST_S = 0.5
+STORE_RETRY_MAX_S = 30.0
+"""Backoff of a store of pending states that failed with no batch coming to retry it."""
 
 _AFTER_EVERY_ENTRY = DEADLINE_KEY_PREFIX[:-1] + "0"
 """Sorts after every index entry's key ("0" follows the prefix's "/")."""
@@ -291,6 +316,11 @@ class ProcessRunner:
     tracing: StepTracing | None = None
     """Spans of its decisions and the trace context of what it sends (None: tracing is off,
     and the batch path builds no span, context nor header)."""
+    store_every_s: float = 0.0
+    """How long decided states may wait to be stored, so that the batches of that span are
+    stored in one write (0: each batch's states are stored before it returns). Their
+    outputs are sent and acknowledged batch by batch either way ("Stores that span batches"
+    in the module doc)."""
 
     def __post_init__(self) -> None:
         self._codec = Record.codec(self.process.state_type)
@@ -304,6 +334,11 @@ class ProcessRunner:
         self._writing = asyncio.Lock()
         """Held around every table write: a batch's, and the index repair's (one writer at
         a time keeps the local store applied in the changelog's order)."""
+        self._pending: _BatchDecisions | None = None
+        """Decided, sent and acknowledged, not stored yet (see :attr:`store_every_s`)."""
+        self._batching = asyncio.Lock()
+        """Held by a batch and by a store of pending states: one of them at a time."""
+        self._flush_task: asyncio.Task[None] | None = None
 
     @property
     def topic(self) -> str:
@@ -436,76 +471,153 @@ class ProcessRunner:
         return record
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None:
-        """Process a batch; when it raises, nothing of it was stored and it may be retried."""
+        """Process a batch: decide it, send its outputs and wait for their
+        acknowledgements, then store its states now or, with :attr:`store_every_s`, with
+        the batches that follow within that span. When it raises it is retried: its
+        outputs were not all acknowledged (nothing of it is kept), or a store failed (what
+        was decided and sent stays pending, is stored first on the retry, and its records
+        are then found processed)."""
+        async with self._batching:
+            self._drop_pending_after_rebalance()
+            pending = self._pending
+            if pending is not None and (
+                self._due(pending) or pending.records + len(batch) > self.seen_window
+            ):
+                await self._store_pending()
+            await self._decide_and_send(batch)
+            pending = self._pending
+            if pending is not None and self._due(pending):
+                await self._store_pending()
+        if self._pending is not None:
+            self._store_later()
+
+    async def _decide_and_send(self, batch: Sequence[Incoming]) -> None:
+        """Decide ``batch`` on the pending states, send its outputs, and keep its states
+        and positions pending."""
         self._count_transit(batch)
         plan = self.positions.plan(batch, self.monotonic())
-        generation = self.states.generation
+        admitted = plan.admitted(batch)
         now = self.clock()
         started = time.perf_counter()
-        decided = self._decide_batch(plan.admitted(batch), now, check_states=False)
+        base = self._pending or _BatchDecisions(self.states.generation, self.monotonic())
+        decided = self._decide_batch(base.fork(), admitted, now, check_states=False)
         decided_at = time.perf_counter()
-        states = self._state_writes(decided)
-        if states is None:
+        if not self._state_writes(decided):
             # A key's state would not fit its changelog record: decide the batch again,
             # checking each decision's state, so the record that made it too large is
             # dead-lettered and the key's later records are decided on the state before it
             # (rare, so the common path encodes each key's state once per batch, not once
             # per decision). Nothing was sent yet; the decisions are pure, so the second
             # pass decides the others exactly as the first did.
-            decided = self._decide_batch(plan.admitted(batch), now, check_states=True)
-            states = self._state_writes(decided)
-            assert states is not None, "every applied state was checked"
-        fresh, partitions = decided.fresh, decided.partitions
+            decided = self._decide_batch(base.fork(), admitted, now, check_states=True)
+            assert self._state_writes(decided), "every applied state was checked"
         encoded_at = time.perf_counter()  # encoding the states counts as storing them
         await self._publish(decided.outbound, decided.dead)
         published = time.perf_counter()
-        try:
-            async with self._writing:
-                await self.table.write(states, self._positions_to_store(plan, batch))
-        except BaseException:
-            # Some of the states may be stored, some not: the cache knows neither.
-            self.states.discard(fresh)
-            raise
-        for key, rec in fresh.items():
-            self.deadlines.fired.pop(key, None)  # its left-over entry, if any, is deleted
-            if rec is None:
-                self.deadlines.schedule(key, None)
-                self.states.discard((key,))
-                continue
-            self.deadlines.schedule(key, rec.next_deadline())
-            self.states.put(key, partitions[key], rec, generation)
-        self._count_skipped(plan)
-        # Served once stored: a failed batch is retried, and counted then (the JSON counters
-        # above count at decide time, retries and a second pass included).
-        self.metrics.prom.count_batch(
-            self.process.name, len(decided.applied), decided.duplicates, len(decided.dead)
-        )
-        for done in decided.applied:
-            self.metrics.prom.observe(
-                self.process.name,
-                self.process.entity_type,
-                done.envelope,
-                done.before,
-                done.result,
-                now,
-            )
+        if admitted:
+            decided.records += len(admitted)
+            decided.dead_count += len(decided.dead)
+            decided.positions.update(positions_to_store(plan, batch))
+            self._pending = decided
         self.positions.commit(plan)
+        self._count_skipped(plan)
         await self._rewind(plan)
         name = self.process.name
         self.metrics.inc(name, "batches")
         self.metrics.inc(name, "records", len(batch))
         self.metrics.add_time(name, "decide", decided_at - started)
         self.metrics.add_time(name, "publish", published - encoded_at)
-        stored_s = time.perf_counter() - published + encoded_at - decided_at
-        self.metrics.add_time(name, "store", stored_s)
+        self.metrics.add_time(name, "store", encoded_at - decided_at)
+
+    def _due(self, pending: _BatchDecisions) -> bool:
+        return self.monotonic() - pending.since >= self.store_every_s
+
+    def _drop_pending_after_rebalance(self) -> None:
+        """Pending states decided before a rebalance are not stored: a partition may have
+        moved. The positions are read again from the table, so their records are processed
+        again from there (here or by the new owner), re-creating the same outputs."""
+        pending = self._pending
+        if pending is None or pending.generation == self.states.generation:
+            return
+        self._pending = None
+        self.positions.forget()
+        self.metrics.inc(self.process.name, "pending_dropped", pending.records)
+
+    async def _store_pending(self) -> None:
+        """Store the pending states and positions in one write (the batch lock held)."""
+        self._drop_pending_after_rebalance()
+        pending = self._pending
+        if pending is None:
+            return
+        started = time.perf_counter()
+        writes = [w for key in pending.fresh for w in pending.writes[key]]
+        try:
+            async with self._writing:
+                await self.table.write(writes, pending.positions)
+        except BaseException:
+            # Some of the states may be stored, some not: the cache knows neither.
+            self.states.discard(pending.fresh)
+            raise
+        self._pending = None
+        for key, rec in pending.fresh.items():
+            self.deadlines.fired.pop(key, None)  # its left-over entry, if any, is deleted
+            if rec is None:
+                self.deadlines.schedule(key, None)
+                self.states.discard((key,))
+                continue
+            self.deadlines.schedule(key, rec.next_deadline())
+            self.states.put(key, pending.partitions[key], rec, pending.generation)
+        # Served once stored: a failed store is retried, and counted then (the JSON counters
+        # count at decide time, retries and a second pass included).
+        name = self.process.name
+        self.metrics.prom.count_batch(
+            name, len(pending.applied), pending.duplicates, pending.dead_count
+        )
+        for done in pending.applied:
+            self.metrics.prom.observe(
+                name, self.process.entity_type, done.envelope, done.before, done.result, done.now
+            )
+        self.metrics.inc(name, "stores")
+        self.metrics.add_time(name, "store", time.perf_counter() - started)
+
+    def _store_later(self) -> None:
+        """Make sure pending states are stored once due, should no batch come to do it."""
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.get_running_loop().create_task(self._store_when_due())
+
+    async def _store_when_due(self) -> None:
+        backoff = STORE_RETRY_FIRST_S
+        while (pending := self._pending) is not None:
+            wait = pending.since + self.store_every_s - self.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                async with self._batching:
+                    if self._pending is pending:
+                        await self._store_pending()
+                backoff = STORE_RETRY_FIRST_S
+            except Exception as exc:
+                # As for a batch (services/worker/agents.py): the next batch, or this loop
+                # after a pause, stores them; nothing of them is lost meanwhile.
+                self.metrics.inc(self.process.name, "store_retries")
+                log.warning(
+                    "%s: storing %d pending record(s) failed (%s: %s); retrying in %.1f s",
+                    self.process.name,
+                    pending.records,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, STORE_RETRY_MAX_S)
 
     def _decide_batch(
-        self, records: Iterable[Incoming], now: datetime, check_states: bool
+        self, b: _BatchDecisions, records: Iterable[Incoming], now: datetime, check_states: bool
     ) -> _BatchDecisions:
-        """Each record decided on its key's freshest state. A decision whose message or
-        (with ``check_states``) whose state would be too large is not applied: its record
-        is dead-lettered."""
-        b = _BatchDecisions()
+        """Each record decided into ``b`` on its key's freshest state. A decision whose
+        message or (with ``check_states``) whose state would be too large is not applied:
+        its record is dead-lettered."""
         tracing = self.tracing
         for record in records:
             if tracing is None:
@@ -545,6 +657,7 @@ class ProcessRunner:
             b.dead.append(self._letter(record, too_large))
             return result
         b.applied.append(result)
+        b.touched.add(result.record_key)
         b.fresh[result.record_key] = None if deleted else result.result.record
         if deleted:
             b.deleted.add(result.record_key)
@@ -601,17 +714,18 @@ class ProcessRunner:
             return None
         return remembered_context(kept)
 
-    def _state_writes(self, b: _BatchDecisions) -> list[StateWrite] | None:
-        """The writes that store each key's last state (None: one would be too large for
-        its changelog record). Notes in ``b.fresh`` each record as it will be stored."""
-        states: list[StateWrite] = []
-        for key, rec in b.fresh.items():
-            stored = b.stored[key]
+    def _state_writes(self, b: _BatchDecisions) -> bool:
+        """Note in ``b.writes`` what stores each key this batch changed, over the table's
+        state (False: one would be too large for its changelog record). Notes in
+        ``b.fresh`` each such record as it will be stored."""
+        for key in b.touched:
+            rec, stored = b.fresh[key], b.stored[key]
             writes: list[tuple[str, bytes | None]] = []
             first, last = self._entry_writes(key, stored, rec, b.traces.get(key, b""))
             if key in b.deleted and stored is not None:
                 # The stored marker and its chunks go (sagas/machinery/retirement.py); a
-                # record made after that in this batch is a new key's: none of it was stored.
+                # record made after that in these batches is a new key's: none of it was
+                # stored.
                 writes += stored.deletes(key)
                 stored = None
             if rec is not None:
@@ -619,9 +733,9 @@ class ProcessRunner:
                 writes += written
             writes = [*first, *writes, *last]
             if _largest_write(writes)[1] > self.max_state_bytes:
-                return None
-            states += [StateWrite(k, v, b.partitions[key]) for k, v in writes]
-        return states
+                return False
+            b.writes[key] = [StateWrite(k, v, b.partitions[key]) for k, v in writes]
+        return True
 
     def _entry_writes(
         self,
@@ -745,7 +859,7 @@ class ProcessRunner:
             dead.append(self._letter(incoming, f"{type(exc).__name__}: {exc}"))
             return None
         self.metrics.inc(name, _outcome(result))
-        return _Decided(key, result, envelope, current)
+        return _Decided(key, result, envelope, current, now)
 
     def _letter(self, record: Incoming, reason: str) -> DeadLetter:
         letter = DeadLetter.of(record, reason, self.process.name, self.deadletter_inline_max_bytes)
@@ -815,22 +929,60 @@ def _largest_write(writes: Sequence[tuple[str, bytes | None]]) -> tuple[str, int
 
 @dataclass
 class _BatchDecisions:
-    """What deciding a batch's records produced, before anything is sent or stored."""
+    """What deciding records produced: per batch, what it sends; accumulated over the
+    batches whose states are not stored yet, each key's latest state and the writes that
+    store it."""
 
+    generation: int
+    """The state cache's generation when the first of these batches was decided: a
+    rebalance since voids them (:meth:`ProcessRunner._drop_pending_after_rebalance`)."""
+    since: float
+    """When the first of these batches was decided (monotonic seconds)."""
+    records: int = 0
+    """Records decided (admitted) in these batches: a store must not cover more than a
+    key's seen window holds (module doc)."""
     fresh: dict[str, Record[Any] | None] = field(default_factory=dict)
     """Each key's latest state (None: deleted)."""
     deleted: set[str] = field(default_factory=set)
-    """Keys deleted in this batch (a retired key's marker expired): their writes start with
-    the tombstones of the stored marker and its chunks."""
+    """Keys deleted in these batches (a retired key's marker expired): their writes start
+    with the tombstones of the stored marker and its chunks."""
     stored: dict[str, Record[Any] | None] = field(default_factory=dict)
     """Each key's state in the table."""
     partitions: dict[str, int] = field(default_factory=dict)
-    outbound: list[_Encoded] = field(default_factory=list)
-    dead: list[DeadLetter] = field(default_factory=list)
+    writes: dict[str, list[StateWrite]] = field(default_factory=dict)
+    """Per key, what stores its latest state over the table's, in order."""
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The input positions these batches moved to."""
     applied: list[_Decided] = field(default_factory=list)
     duplicates: int = 0
+    dead_count: int = 0
     traces: dict[str, bytes] = field(default_factory=dict)
     """With tracing on: each key's last decision's traceparent (its deadline entry keeps it)."""
+    touched: set[str] = field(default_factory=set)
+    """Keys whose state this batch changed (their writes are computed again)."""
+    outbound: list[_Encoded] = field(default_factory=list)
+    """This batch's messages."""
+    dead: list[DeadLetter] = field(default_factory=list)
+    """This batch's dead letters."""
+
+    def fork(self) -> _BatchDecisions:
+        """A copy to decide the next batch into: the accumulated part copied (a batch that
+        fails leaves this one as it was), the batch's own part empty."""
+        return _BatchDecisions(
+            generation=self.generation,
+            since=self.since,
+            records=self.records,
+            fresh=dict(self.fresh),
+            deleted=set(self.deleted),
+            stored=dict(self.stored),
+            partitions=dict(self.partitions),
+            writes=dict(self.writes),
+            positions=dict(self.positions),
+            applied=list(self.applied),
+            duplicates=self.duplicates,
+            dead_count=self.dead_count,
+            traces=dict(self.traces),
+        )
 
 
 @dataclass(frozen=True)
@@ -848,6 +1000,7 @@ class _Decided:
     result: StepResult
     envelope: Envelope
     before: Record[Any] | None
+    now: datetime
 
 
 # --- what every runner of positioned input does once a batch's effects are durable --------
