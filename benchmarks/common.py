@@ -22,6 +22,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from benchmarks import cpushare
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from services.bus import CommandBus
@@ -211,9 +212,19 @@ async def worker_bus_tail(
             logs = data if n == 0 else data / f"worker{n}"
             logs.mkdir(parents=True, exist_ok=True)
             worker = Worker(own, logs)
+            slow = None
+            if (share := cpushare.share_from_env()) is not None:
+                slow = cpushare.group(f"{own.app_id}-w{n}", share)
+                stack.callback(cpushare.remove, slow)  # after the worker has stopped
             worker.start()
             stack.callback(worker.stop)
             started.append(worker)
+            if slow is not None and share is not None and worker.proc is not None:
+                # Moved in right after it started, before it joins the group and loads
+                # anything: its whole run is on the slow core.
+                cpushare.enter(slow, worker.proc.pid)
+                if n == 0:
+                    print(cpushare.describe(slow, share), flush=True)
         await bus.start()
         stack.push_async_callback(bus.stop)
         await tail.start()

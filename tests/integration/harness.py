@@ -307,7 +307,9 @@ class Stack:
         return body
 
     async def read(self, path: str, token: str | None = None) -> dict[str, Any]:
-        params = {} if token is None else {"consistency_token": token, "wait": 30}
+        params: dict[str, str | int] = (
+            {} if token is None else {"consistency_token": token, "wait": 30}
+        )
         response = await self.http.get(path, params=params)
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
