@@ -231,6 +231,47 @@ def keep_standby_changelog_on_resume(app: faust.App) -> None:
         pending.extend(kept)
 
     queue.clear = clear
+    skip_untracked_changelog_records(app)
+
+
+def skip_untracked_changelog_records(app: faust.App) -> None:
+    """Hand Faust's recovery loop only records of partitions it tracks now.
+
+    A revocation's ``flow_control.clear()`` runs before the next assignment is known, so the
+    records a standby partition has not applied are kept (:func:`keep_standby_changelog_on_resume`)
+    even when that partition is taken away from this process; ``Recovery.on_rebalance`` then
+    drops it from ``standby_tps``. A record of it still queued when the recovery loop
+    (``Recovery._slurp_changelogs``) reaches it is in neither ``active_tps`` nor
+    ``standby_tps``: Faust logs "recovery unknown topic" and goes on with the table and the
+    offsets of the record before it (a known fall-through of faust-streaming 0.15), so the
+    record is applied to the partition of the same number of ANOTHER table, whose persisted
+    offset becomes this changelog's offset (soak soakfd6711: an order-saga deadline entry and
+    offset 173435 in inventory-state-0.db, ConsistencyError at the next standby start). The
+    queue's ``get``, which that loop calls for every record, is replaced by one that drops
+    such records: they belong to a partition this process no longer holds, which Faust must
+    not apply at all."""
+    tables: Any = app.tables
+    queue = tables.changelog_queue
+    get = queue.get
+
+    async def get_tracked() -> Any:
+        while True:
+            event = await get()
+            recovery = tables._recovery  # None until Faust's first rebalance made it
+            if recovery is None or _tracked(recovery, event.message.tp):
+                return event
+            log.info(
+                "dropped a changelog record of %s (offset %d): no longer held here",
+                event.message.tp,
+                event.message.offset,
+            )
+
+    queue.get = get_tracked
+
+
+def _tracked(recovery: Any, tp: TP) -> bool:
+    """Whether Faust's recovery holds ``tp`` as an active or a standby changelog partition."""
+    return tp in recovery.active_tps or tp in recovery.standby_tps
 
 
 def _standby_owes(recovery: Any, message: Any) -> bool:

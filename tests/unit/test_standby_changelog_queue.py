@@ -87,3 +87,37 @@ def test_before_the_first_rebalance_a_resume_empties_the_queue(app: faust.App) -
     app.flow_control.resume()
 
     assert queued(app) == []
+
+
+async def test_records_kept_across_a_revocation_of_a_partition_taken_away_never_reach_recovery(
+    app: faust.App,
+) -> None:
+    """Soak soakfd6711: the revocation's clear kept a standby's records (the new assignment
+    unknown yet), the assignment then took the partition away, and Faust's recovery loop
+    applied them to another table's store of the same partition number."""
+    recovery = tables(app).recovery
+    recovery.standby_tps = {STANDBY}
+    recovery.active_tps = {ACTIVE}
+    fill(app, [(STANDBY, 3), (STANDBY, 4)])
+    app.flow_control.clear()  # the revocation's: STANDBY is still a standby here
+    assert queued(app) == [(STANDBY, 3), (STANDBY, 4)]
+
+    recovery.standby_tps = set()  # Recovery.on_rebalance: the new assignment lacks it
+    fill(app, [(ACTIVE, 9)])
+
+    got = await tables(app).changelog_queue.get()
+
+    assert (got.message.tp, got.message.offset) == (ACTIVE, 9)
+    assert queued(app) == []
+
+
+async def test_records_of_partitions_still_held_reach_recovery_in_order(app: faust.App) -> None:
+    recovery = tables(app).recovery
+    recovery.standby_tps = {STANDBY}
+    recovery.active_tps = {ACTIVE}
+    fill(app, [(STANDBY, 3), (GONE, 1), (ACTIVE, 9)])
+    queue = tables(app).changelog_queue
+
+    got = [await queue.get(), await queue.get()]
+
+    assert [(e.message.tp, e.message.offset) for e in got] == [(STANDBY, 3), (ACTIVE, 9)]
