@@ -130,8 +130,8 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
     )
-    # 0 since the fault harness and the soak found stores left after a rebalance with spans
-    # on (RELIABILITY.md, "Stores that span batches"): not to be raised until that is fixed.
+    # 0 since the fault harness found a store unlike its changelog after a rebalance with
+    # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.
     store_every_ms: int = Field(
         0,
         ge=0,
