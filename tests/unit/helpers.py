@@ -234,3 +234,26 @@ class Bus:
                 table[name] = value
         codec = Record.codec(self.processes[channel].state_type)
         self.records[(channel, key)] = codec.decode(key, table[key], table.get)
+
+
+def ledger_record(
+    message: Message,
+    key: str,
+    offset: int,
+    message_id: str | None = None,
+    occurred_at: datetime = T0,
+) -> Any:
+    """The record at ``offset`` of partition 0 of topic ``t.inventory``: a command to the
+    inventory ledger for product ``key`` (id ``m<offset>`` unless given), replies to the order
+    saga (what the runner tests feed a :class:`~services.worker.runner.ProcessRunner`)."""
+    from services.worker.runner import Incoming
+
+    env = Envelope.wrap(
+        message,
+        message_id=message_id or f"m{offset}",
+        key=key,
+        saga_id=f"o{offset}",
+        reply_to="order-saga",
+        occurred_at=occurred_at,
+    )
+    return Incoming("t.inventory", 0, offset, key.encode(), env.encode())

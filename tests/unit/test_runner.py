@@ -31,6 +31,7 @@ from services.worker.deadlines import DeadlineIndex, entry_key, indexed_key
 from services.worker.faust_app import create_app
 from services.worker.metrics import Metrics
 from services.worker.runner import MAX_STATE_BYTES, DictTable, Incoming, ProcessRunner
+from tests.unit.helpers import ledger_record
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,15 +65,8 @@ def runner(kafka: FakeKafka, table: DictTable) -> ProcessRunner:
 
 
 def incoming(message: Any, key: str, offset: int, message_id: str | None = None) -> Incoming:
-    env = Envelope.wrap(
-        message,
-        message_id=message_id or f"m{offset}",
-        key=key,
-        saga_id=f"o{offset}",
-        reply_to="order-saga",
-        occurred_at=T0,
-    )
-    return Incoming("t.inventory", 0, offset, key.encode(), env.encode())
+    rec: Incoming = ledger_record(message, key, offset, message_id, occurred_at=T0)
+    return rec
 
 
 async def test_a_batch_decides_each_record_on_the_state_left_by_the_one_before() -> None:

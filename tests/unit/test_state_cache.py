@@ -11,11 +11,11 @@ import pytest
 
 from sagas.contracts import ledger as lc
 from sagas.machinery.record import Record
-from sagas.messages import Envelope
 from sagas.participants.ledger import CapacityLedger
 from services.worker.metrics import Metrics
 from services.worker.runner import DictTable, Incoming, Positions, ProcessRunner, StateWrite
 from services.worker.state_cache import StateCache
+from tests.unit.helpers import ledger_record
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,15 +60,8 @@ def runner(table: DictTable, capacity: int = 100) -> ProcessRunner:
 
 
 def incoming(message: Any, key: str, offset: int) -> Incoming:
-    env = Envelope.wrap(
-        message,
-        message_id=f"m{offset}",
-        key=key,
-        saga_id=f"o{offset}",
-        reply_to="order-saga",
-        occurred_at=T0,
-    )
-    return Incoming("t.inventory", 0, offset, key.encode(), env.encode())
+    rec: Incoming = ledger_record(message, key, offset, occurred_at=T0)
+    return rec
 
 
 def reserve(offset: int) -> Incoming:

@@ -17,6 +17,7 @@ from sagas.participants.ledger import CapacityLedger
 from services.worker.metrics import Metrics
 from services.worker.positions import position_key
 from services.worker.runner import DictTable, Incoming, Positions, ProcessRunner, StateWrite
+from tests.unit.helpers import ledger_record
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -97,15 +98,8 @@ def runner(
 
 
 def record(message: Any, key: str, offset: int) -> Incoming:
-    env = Envelope.wrap(
-        message,
-        message_id=f"m{offset}",
-        key=key,
-        saga_id=f"o{offset}",
-        reply_to="order-saga",
-        occurred_at=T0,
-    )
-    return Incoming(TOPIC, 0, offset, key.encode(), env.encode())
+    rec: Incoming = ledger_record(message, key, offset, occurred_at=T0)
+    return rec
 
 
 def traffic() -> list[Incoming]:
