@@ -136,7 +136,7 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=5_000,
-        description="How long a worker may hold decided states before storing them, so that the batches of that span are stored in one changelog write (0: every batch's states are stored before the next batch; outputs are sent and acknowledged batch by batch either way). Experimental: above 0 a span can still be stored after its partitions were revoked (RELIABILITY.md, section Stores that span batches); keep 0 in production",
+        description="How long a worker may hold decided states before storing them, so that the batches of that span are stored in one changelog write (0: every batch's states are stored before the next batch; outputs are sent and acknowledged batch by batch either way). Experimental: with it above 0 the fault harness found stores unlike their changelogs after a freeze and a lost saga state after a kill (RELIABILITY.md, section Stores that span batches); keep 0 in production",
     )
     deadline_poll_ms: int = Field(
         200, ge=10, description="How often the worker checks for due deadlines"
