@@ -788,10 +788,6 @@ class ProcessRunner:
             self.metrics.add_time(self.process.name, "transit", sum(now - t for t in sent))
             self.metrics.inc(self.process.name, "transit_records", len(sent))
 
-    @staticmethod
-    def _positions_to_store(plan: Plan, batch: Sequence[Incoming]) -> Positions:
-        return positions_to_store(plan, batch)
-
     def _count_skipped(self, plan: Plan) -> None:
         count_skipped(self.metrics, self.process.name, plan)
 
