@@ -274,7 +274,8 @@ async def test_a_tick_is_a_child_of_the_step_that_set_its_deadline_and_links_to_
 
 
 class Producer:
-    """Stands in for the bus's aiokafka producer: keeps what ``send_and_wait`` was given."""
+    """Stands in for the bus's aiokafka producer: keeps what ``send_and_wait`` and ``send``
+    were given."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -282,6 +283,11 @@ class Producer:
     async def send_and_wait(self, topic: str, value: bytes, **kw: Any) -> Any:
         self.calls.append({"topic": topic, "value": value, **kw})
         return type("Meta", (), {"partition": 0, "offset": len(self.calls)})()
+
+    async def send(self, topic: str, value: bytes, **kw: Any) -> Any:
+        delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        delivered.set_result(await self.send_and_wait(topic, value, **kw))
+        return delivered
 
 
 def bus_with(monkeypatch: pytest.MonkeyPatch, tracer: trace.Tracer | None) -> Any:
@@ -323,6 +329,34 @@ async def test_off_a_command_goes_without_headers(
     [call] = bus._producer.calls
     assert "headers" not in call
     assert [s.name for s in exporter.get_finished_spans()] == ["POST /orders"]
+
+
+async def test_each_command_of_a_batch_carries_a_send_span_of_its_own(
+    spans: tuple[trace.Tracer, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracer, exporter = spans
+    bus = bus_with(monkeypatch, tracer)
+    commands = [
+        Envelope.wrap(
+            place_order(), message_id=f"m{i}", key=f"o{i}", saga_id=f"o{i}", occurred_at=T0
+        )
+        for i in (1, 2)
+    ]
+    positions = await bus.send_many([("order-saga", c) for c in commands])
+    assert [p.offset for p in positions] == [1, 2]
+    sent = [s for s in exporter.get_finished_spans() if s.name == "send sagaline.order-saga"]
+    assert [s.attributes["messaging.message.id"] for s in sent if s.attributes] == ["m1", "m2"]
+    assert sent[0].context.trace_id != sent[1].context.trace_id  # each command its own trace
+    for call, span in zip(bus._producer.calls, sent, strict=True):
+        assert parent_of(call["headers"]).span_id == span.context.span_id
+
+
+async def test_off_a_batch_goes_without_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    bus = bus_with(monkeypatch, None)
+    command = Envelope.wrap(place_order(), message_id="m1", key="o1", saga_id="o1", occurred_at=T0)
+    await bus.send_many([("order-saga", command)])
+    [call] = bus._producer.calls
+    assert "headers" not in call
 
 
 def test_each_event_the_projector_applies_is_a_span_in_its_own_trace_linked_to_the_batch(
