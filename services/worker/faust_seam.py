@@ -383,12 +383,12 @@ def is_rocksdict_store(store: Any) -> bool:
     return isinstance(store, RocksDBStore) and bool(store.use_rocksdict)
 
 
-def standby_partitions(table: Any) -> set[int]:
-    """The partitions of ``table`` this process holds as a standby: Faust's assignor's
-    ``assigned_standbys()`` (changelog topic partitions), the set its RocksDB store reads
-    when it decides which databases to open on an assignment."""
+def active_partitions(table: Any) -> set[int]:
+    """The partitions of ``table`` this process is the active writer of: Faust's assignor's
+    ``assigned_actives()``, which holds each active table's changelog partitions beside the
+    source topics' (the changelog distribution it shares with the group is read from it)."""
     topics = table.changelog_topic.topics
-    return {tp.partition for tp in table.app.assignor.assigned_standbys() if tp.topic in topics}
+    return {tp.partition for tp in table.app.assignor.assigned_actives() if tp.topic in topics}
 
 
 def open_partition_dbs(store: Any) -> Mapping[int, Any]:

@@ -15,12 +15,12 @@ from sagas.machinery.history import is_chunk_key
 from services.worker.deadlines import indexed_key
 from services.worker.faust_seam import (
     PERSISTED_OFFSET_KEY,
+    active_partitions,
     in_partition,
     is_memory_store,
     is_rocksdict_store,
     open_partition_dbs,
     partition_db,
-    standby_partitions,
 )
 from services.worker.positions import position_key
 from services.worker.runner import Positions, StateWrite
@@ -108,16 +108,17 @@ class FaustTable:
     # its entries are never missing.
 
     def held_partitions(self) -> Sequence[int]:
-        """The partitions this process is the active writer of. Not its standbys: their
-        stores are written by Faust from the changelog alone. An index entry written for one
-        (the deadline rebuild repairs a partition's index) went to the changelog of a
-        partition another worker owns, and set the standby's persisted offset past the
-        records still in Faust's standby buffer: the store skipped them for good
-        (RELIABILITY.md, "Three workers")."""
+        """The partitions this process is the active writer of, by its assignment: not its
+        standbys, whose stores Faust writes from the changelog alone, nor a partition taken
+        away whose database is still (or again) open. An index entry written for either (the
+        deadline rebuild repairs a partition's index) went to the changelog of a partition
+        another worker owns, and for a standby set its persisted offset past the records
+        still in Faust's standby buffer: the store skipped them for good (RELIABILITY.md,
+        "Three workers")."""
         store = self.table.data
         if is_rocksdict_store(store):
-            standbys = standby_partitions(self.table)
-            return sorted(p for p in open_partition_dbs(store) if p not in standbys)
+            actives = active_partitions(self.table)
+            return sorted(p for p in open_partition_dbs(store) if p in actives)
         return [0]
 
     def index_keys(self, partition: int, start: str, stop: str) -> Iterator[str]:

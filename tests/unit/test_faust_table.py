@@ -45,16 +45,28 @@ def test_the_deadline_index_reads_and_repairs_only_partitions_held_as_active(
 ) -> None:
     """A standby's store is Faust's to write, from the changelog: an index entry the
     rebuild wrote there went to another worker's changelog partition and moved the
-    standby's persisted offset past the records in Faust's standby buffer."""
+    standby's persisted offset past the records in Faust's standby buffer. A partition
+    taken away may keep its database open: it is another worker's too."""
     settings = Settings(data_dir=tmp_path, store="rocksdb", partitions=2, rocksdb_memory_mb=16)
     app, [runner] = create_app(settings, [CapacityLedger(name="inventory", entity_type="product")])
     faust_table: Any = runner.faust_table  # type: ignore[attr-defined]
     dbs = [faust_table.data._db_for_partition(p) for p in (0, 1)]  # both open, as Faust has them
     changelog = faust_table.changelog_topic.get_topic_name()
+    source = faust_table.changelog_topic.get_topic_name().replace("-changelog", "")
+
+    def assign(actives: set[TP], standbys: set[TP]) -> None:
+        monkeypatch.setattr(app.assignor, "assigned_actives", lambda: actives)
+        monkeypatch.setattr(app.assignor, "assigned_standbys", lambda: standbys)
+
     try:
+        assign({TP(changelog, 0), TP(changelog, 1), TP(source, 0)}, set())
         assert runner.table.held_partitions() == [0, 1]
-        monkeypatch.setattr(app.assignor, "assigned_standbys", lambda: {TP(changelog, 1)})
+        assign({TP(changelog, 0), TP(source, 0)}, {TP(changelog, 1)})  # 1 held as a standby
         assert runner.table.held_partitions() == [0]
+        assign({TP(changelog, 1)}, set())  # 0 taken away, its database still open
+        assert runner.table.held_partitions() == [1]
+        assign(set(), set())  # before an assignment, or after all was revoked
+        assert runner.table.held_partitions() == []
     finally:
         for db in dbs:
             db.close()
