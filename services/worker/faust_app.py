@@ -92,7 +92,11 @@ def create_app(
         web_metrics_enabled=False,
         table_cleanup_interval=3600.0,
         broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=settings.session_timeout_s / 4,
+        # A survivor learns of a rebalance from a heartbeat's answer, and the group waits
+        # for the last member to rejoin: a worker's death costs the session timeout plus up
+        # to two heartbeat intervals (the soak's SIGKILL, BENCHMARKS.md). A tenth of the
+        # session (1 s at the default) keeps that small for one request a second each.
+        broker_heartbeat_interval=settings.session_timeout_s / 10,
         table_standby_replicas=settings.table_standby_replicas,
     )
     faust_seam.drop_faust_views(app)
