@@ -141,6 +141,7 @@ def _membership(app: faust.App, settings: Settings) -> Membership:
         membership.assigned()
 
     faust_seam.after_seek_to_committed(app, assigned)
+    faust_seam.guard_produce_requests(app, membership.confirm_before_transmit)
     return membership
 
 

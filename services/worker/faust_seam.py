@@ -105,6 +105,31 @@ async def send_record(
     return future
 
 
+def guard_produce_requests(app: faust.App, guard: Callable[[], None]) -> None:
+    """Call ``guard`` as the app's producer puts each produce request on the wire: aiokafka's
+    ``Sender`` drains the batches ready for a broker into one request in a task of its
+    own (``_send_produce_req``), which builds the request and writes it to the connection
+    without an await between (an idle connection's lock is taken at once). The instance's
+    producer factory (Faust's ``Producer._new_producer``) is wrapped, so every producer the
+    app starts is guarded; transactional ones too (Sagaline starts none)."""
+    producer: Any = app.producer
+    new_producer = producer._new_producer
+
+    def guarded_producer(*args: Any, **kwargs: Any) -> Any:
+        client = new_producer(*args, **kwargs)
+        sender = client._sender
+        send_request = sender._send_produce_req
+
+        async def send_guarded(node_id: int, batches: Any) -> None:
+            guard()
+            await send_request(node_id, batches)
+
+        sender._send_produce_req = send_guarded
+        return client
+
+    producer._new_producer = guarded_producer
+
+
 # --- the consumer ---------------------------------------------------------------------------
 
 

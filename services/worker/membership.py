@@ -33,9 +33,17 @@ owner's store never read). So the guard also asks whether the group still knows 
 member (``member``): once it did not, every write is refused until an assignment
 completes.
 
-What is left: a write on its way when the freeze or the expulsion happens (after its
-check, before its records reach the broker), and an expulsion this member has not heard of
-yet (the group has reassigned, its next heartbeat has not been answered). A table write
+Records queued before a freeze wait in the producer (for the request ahead of them on the
+connection, or for the sender's next turn of the loop) and, without more, go out as the
+process thaws, before any check: the new owner, which recovered their partition while this
+one was frozen, never reads them, and the changelog holds a write its store lacks (the
+harness found that: RELIABILITY.md, defect 8). So the producer checks again as it puts each
+request on the wire (:meth:`Membership.confirm_before_transmit`, by
+``faust_seam.guard_produce_requests``): in doubt, the process exits without sending it.
+
+What is left: a freeze between that check and the socket's write (the same turn of the
+loop, no await between them), and an expulsion this member has not heard of yet (the group
+has reassigned, its next heartbeat has not been answered). A table write
 checks again once its changelog records are acknowledged
 (:meth:`Membership.confirm_after_write`): in doubt then, the process exits at once without
 storing them. Storing them could skip the new owner's records that landed before them; not
@@ -136,10 +144,20 @@ class Membership:
         """Called once a table write's changelog records are acknowledged, before they are
         stored locally: in doubt, exit the process now (a crash, which the worker recovers
         from) rather than store them or leave them unstored behind a later write."""
+        self._exit_in_doubt("exiting before storing an acknowledged table write")
+
+    def confirm_before_transmit(self) -> None:
+        """Called as the producer puts a request of records on the wire. Every send is
+        checked as it is queued, so records reach this in doubt only when they were queued
+        before the freeze or the expulsion began: sent now, they would land after the new
+        owner recovered their partition (RELIABILITY.md, defect 8). In doubt, exit now."""
+        self._exit_in_doubt("exiting before sending records queued before a freeze or an expulsion")
+
+    def _exit_in_doubt(self, what: str) -> None:
         try:
             self.check()
         except MembershipInDoubt as doubt:
-            log.critical("exiting before storing an acknowledged table write: %s", doubt)
+            log.critical("%s: %s", what, doubt)
             logging.shutdown()
             os._exit(EXIT_IN_DOUBT)
 
