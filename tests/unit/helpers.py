@@ -19,6 +19,18 @@ from sagas.machinery.step import EVENTS_CHANNEL, StepResult, step
 from sagas.messages import Envelope, Message
 
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    """Seconds (monotonic or wall) that move only when the test moves ``now``."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 _ids = itertools.count(1)
 
 

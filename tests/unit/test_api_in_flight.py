@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from services.api.inflight import InFlight
 from services.api.metrics import ApiPrometheus
 from services.inflight import ChannelVersions
+from tests.unit.helpers import Clock
 
 pytestmark = pytest.mark.unit
 
@@ -41,20 +42,16 @@ class FakeReader:
         return answer
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def sample(metrics: ApiPrometheus, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
 async def test_it_reads_in_a_thread_and_again_only_after_the_interval() -> None:
-    reader, clock, metrics = FakeReader([orders(3, 1)], [orders(2, 4)]), Clock(), ApiPrometheus()
+    reader, clock, metrics = (
+        FakeReader([orders(3, 1)], [orders(2, 4)]),
+        Clock(1000.0),
+        ApiPrometheus(),
+    )
     cache = InFlight(reader, 60.0, metrics, clock=clock)
     first = await cache.current()
     assert reader.calls == 1 and reader.threads[0] is not threading.current_thread()
@@ -75,7 +72,7 @@ async def test_it_reads_in_a_thread_and_again_only_after_the_interval() -> None:
 async def test_a_failed_reading_keeps_the_last_values_and_is_counted() -> None:
     down = ConnectionError("the broker did not answer")
     reader = FakeReader([orders(2, 1)], down, [orders(0, 5)])
-    clock, metrics = Clock(), ApiPrometheus()
+    clock, metrics = Clock(1000.0), ApiPrometheus()
     cache = InFlight(reader, 30.0, metrics, clock=clock)
     await cache.current()
     failures = "sagaline_sagas_in_flight_read_failures_total"
@@ -107,7 +104,7 @@ async def test_a_slow_reading_is_waited_for_a_bounded_time_and_read_once() -> No
         release.wait(5)
         return [orders(1, 1)]
 
-    cache = InFlight(slow, 60.0, ApiPrometheus(), wait_s=0.05, clock=Clock())
+    cache = InFlight(slow, 60.0, ApiPrometheus(), wait_s=0.05, clock=Clock(1000.0))
     waiting = await asyncio.gather(cache.current(), cache.current())
     assert [r.read_at for r in waiting] == [None, None]  # the previous values: none yet
     release.set()
@@ -120,7 +117,7 @@ async def test_a_slow_reading_is_waited_for_a_bounded_time_and_read_once() -> No
 
 async def test_a_version_gone_from_the_reading_leaves_the_gauge() -> None:
     gone = ChannelVersions("order-saga", 2, (), Counter({2: 1}))
-    reader, clock, metrics = FakeReader([orders(0, 1)], [gone]), Clock(), ApiPrometheus()
+    reader, clock, metrics = FakeReader([orders(0, 1)], [gone]), Clock(1000.0), ApiPrometheus()
     cache = InFlight(reader, 1.0, metrics, clock=clock)
     await cache.current()
     clock.now += 1.0
@@ -138,7 +135,7 @@ async def test_only_the_request_that_starts_a_reading_waits_for_it() -> None:
         release.wait(5)
         return [orders(1, 1)]
 
-    cache = InFlight(hanging, 60.0, ApiPrometheus(), wait_s=0.5, clock=Clock())
+    cache = InFlight(hanging, 60.0, ApiPrometheus(), wait_s=0.5, clock=Clock(1000.0))
     first = asyncio.ensure_future(cache.current())
     await asyncio.sleep(0.05)
     started = time.monotonic()

@@ -14,22 +14,13 @@ import pytest
 from services.api.console import session
 from services.api.console.sessions import ID_CHARS, SessionStore
 from services.keys import read_key_file, revoke_key
+from tests.unit.helpers import Clock
 from tests.unit.test_console import Console, form_token
 
 pytestmark = pytest.mark.unit
 
 IDLE_S = 1800.0
 ABSOLUTE_S = 12 * 3600.0
-
-
-class Clock:
-    """Wall-clock seconds that move only when the test says so."""
-
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -40,7 +31,7 @@ async def console(tmp_path: Path) -> AsyncIterator[Console]:
 
 
 def _clocked(console: Console) -> Clock:
-    clock = Clock()
+    clock = Clock(1_800_000_000.0)
     store: SessionStore = console.app.state.console_sessions
     store.clock = clock
     return clock

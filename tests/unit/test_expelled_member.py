@@ -24,16 +24,9 @@ from services.worker.faust_seam import group_member
 from services.worker.membership import Membership, MembershipInDoubt
 from services.worker.metrics import Metrics
 from services.worker.runner import Incoming
+from tests.unit.helpers import Clock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Group:

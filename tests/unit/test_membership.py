@@ -8,16 +8,9 @@ import pytest
 
 from services.worker import membership as membership_module
 from services.worker.membership import Membership, MembershipInDoubt
+from tests.unit.helpers import Clock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def ticking(session_timeout_s: float = 10.0, rebalancing: bool = False) -> tuple[Membership, Clock]:

@@ -17,7 +17,7 @@ from sagas.participants.ledger import CapacityLedger
 from services.worker.metrics import Metrics
 from services.worker.positions import position_key
 from services.worker.runner import DictTable, Incoming, Positions, ProcessRunner, StateWrite
-from tests.unit.helpers import ledger_record
+from tests.unit.helpers import Clock, ledger_record
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,14 +60,6 @@ class Table(DictTable):
             raise ConnectionError("changelog not acknowledged")
         self.writes.append((list(states), dict(positions)))
         await super().write(states, positions)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def runner(

@@ -20,16 +20,9 @@ from aiokafka.producer.sender import Sender
 from services.worker import membership as membership_module
 from services.worker.faust_seam import guard_produce_requests
 from services.worker.membership import Membership
+from tests.unit.helpers import Clock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Refused(Exception):
