@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     session_timeout_s: float = Field(
         10.0,
         ge=6,
-        description="Consumer-group session timeout: how soon a dead worker's partitions move to a live one",
+        description="Consumer-group session timeout: how soon a dead worker's partitions move to a live one (the worker heartbeats every tenth of it)",
     )
     # Standbys: each table partition is also kept, read from its changelog as it is written,
     # by this many other workers, so a dead worker's partitions move to one that holds them
