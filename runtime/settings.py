@@ -130,6 +130,11 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
     )
+    # Off until the fault harness has run 30 cycles with it on (BENCHMARKS.md, issue 27).
+    fetch_sessions: bool = Field(
+        False,
+        description="Fetch in Kafka's incremental fetch sessions (KIP-227): each fetch request lists only the partitions that changed and each response only those with records, instead of every assigned partition both ways (services/worker/fetch_sessions.py). Experimental: less CPU below full load, for the worker and the broker (BENCHMARKS.md, issue 27)",
+    )
     # 0 since the fault harness found a store unlike its changelog after a rebalance with
     # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.
     store_every_ms: int = Field(

@@ -38,6 +38,7 @@ from services.worker.deadline_timer import register_deadline_timer
 from services.worker.deadline_timer import send_ticks as _send_ticks
 from services.worker.deadlines import HORIZON, DeadlineIndex
 from services.worker.faust_table import FaustTable
+from services.worker.fetch_sessions import use_fetch_sessions
 from services.worker.ingest import DebeziumIngest
 from services.worker.kafka_ports import KafkaPorts
 from services.worker.membership import TICK_S, Membership
@@ -100,6 +101,8 @@ def create_app(
         table_standby_replicas=settings.table_standby_replicas,
     )
     faust_seam.drop_faust_views(app)
+    if settings.fetch_sessions:
+        use_fetch_sessions()
     # A standby's first changelog fetch survives the recovery's last resume of flow.
     faust_seam.keep_standby_changelog_on_resume(app)
     # A leader that assigned without a topic's metadata asks for it until it has it.
