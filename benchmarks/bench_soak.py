@@ -355,11 +355,11 @@ def issue25_settings(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-async def print_history_checks(settings: Settings) -> None:
+async def print_history_checks(settings: Settings) -> int:
     """The fault harness's checks of the event topic, read whole: no two different events
     with one sequence number, every effect once, every compensation where it is owed,
     nothing malformed (faults/checks.py). With the workers' faults of the soak, what a lost
-    or doubled write would leave in the events shows here."""
+    or doubled write would leave in the events shows here. Returns the violations found."""
     records = await read_topic(settings.kafka_bootstrap, settings.topic(EVENTS))
     history = History.of(records, skip=set())
     found = [
@@ -374,6 +374,7 @@ async def print_history_checks(settings: Settings) -> None:
     )
     for violation in found[:5]:
         print(f"          {violation.kind}: {violation.subject}: {violation.detail}"[:300])
+    return len(found)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -433,6 +434,7 @@ async def main(args: argparse.Namespace) -> None:
     bus, tail = CommandBus(settings), OutcomeTail(settings)
     await bus.start()
     await tail.start()
+    violations = 0
     try:
         await bus.send_many(
             [
@@ -474,7 +476,7 @@ async def main(args: argparse.Namespace) -> None:
             f"orders    {sent} sent, {len(soak.done)} ended ({not_confirmed} not CONFIRMED),"
             f" {len(soak.sent_at)} without an outcome 120 s after the last send"
         )
-        await print_history_checks(settings)
+        violations = await print_history_checks(settings)
         dbs = int(median(soak.samples[-3:], "rocksdb_dbs"))
         budget = settings.rocksdb_memory_mb
         print(
@@ -523,7 +525,14 @@ async def main(args: argparse.Namespace) -> None:
         for w in workers:
             w.stop()
         extras.close()
-        await delete_run_topics(settings)
+        if violations:
+            # What explains a violation is in the changelogs beside the kept data
+            # directories (faults/stores.py reads both): they stay, and say so.
+            print(
+                f"kept      the run's topics (prefix {settings.topic_prefix}): {violations} violations"
+            )
+        else:
+            await delete_run_topics(settings)
 
 
 if __name__ == "__main__":
