@@ -205,7 +205,8 @@ def _stage_records(spark: SparkSession, settings: Settings, offsets: Offsets, sc
     """Read the topic once and gate it (first pass), to local Parquet; the number read."""
     min_partitions = settings.spark_kafka_min_partitions or None
     records = read_records(spark, settings, offsets, min_partitions)
-    records.transform(pipeline.first_pass).write.mode("overwrite").parquet(str(scratch / "first"))
+    first = records.transform(pipeline.first_pass)
+    _scratch_parquet(first, scratch / "first")
     return int(spark.read.parquet(str(scratch / "first")).count())
 
 
@@ -216,8 +217,14 @@ def _stage_gated(spark: SparkSession, scratch: Path) -> pipeline.Staged:
     stage = pipeline.second_pass(first, any_untriaged)
     if not any_untriaged:
         return stage
-    stage.gated.write.mode("overwrite").parquet(str(scratch / "gated"))
+    _scratch_parquet(stage.gated, scratch / "gated")
     return replace(stage, gated=spark.read.parquet(str(scratch / "gated")))
+
+
+def _scratch_parquet(frame: DataFrame, folder: Path) -> None:
+    """``frame`` as Parquet files read back within the run: no dictionary encoding (its
+    hash lookups per value cost the first pass more than the larger files cost)."""
+    frame.write.mode("overwrite").option("parquet.enable.dictionary", "false").parquet(str(folder))
 
 
 def _fill_staging(

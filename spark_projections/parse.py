@@ -199,7 +199,9 @@ def _envelope_schema() -> StructType:
 
 def vouched() -> Column:
     return (
-        (F.instr(F.col("text"), "\ufffd") == 0)  # invalid UTF-8 decodes to U+FFFD
+        # Invalid UTF-8 decodes to U+FFFD. `contains`, not `instr`: it compares only where
+        # the first byte matches, `instr` at every character (the whole text, every record).
+        ~F.col("text").contains("\ufffd")
         & _skeleton_matches()
         & F.col("p").isNotNull()
         & F.col("occurred_at").isNotNull()  # a 30th of February, an hour 24...

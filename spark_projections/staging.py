@@ -201,7 +201,9 @@ _COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 def _copy_value(column: SparkColumn, dtype: DataType) -> SparkColumn:
     if isinstance(dtype, StringType):
         for plain, escaped in _COPY_ESCAPES:
-            column = F.replace(column, F.lit(plain), F.lit(escaped))
+            # Nearly no value holds one: `contains` finds that faster than `replace` does.
+            replaced = F.replace(column, F.lit(plain), F.lit(escaped))
+            column = F.when(column.contains(plain), replaced).otherwise(column)
         return column
     if isinstance(dtype, TimestampType):
         return F.date_format(column, COPY_TIME)
