@@ -130,7 +130,8 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
     )
-    # Off until the fault harness has run 30 cycles with it on (BENCHMARKS.md, issue 27).
+    # Off until a soak has run with it on (30 harness cycles have: RELIABILITY.md, "Fetch
+    # sessions on").
     fetch_sessions: bool = Field(
         False,
         description="Fetch in Kafka's incremental fetch sessions (KIP-227): each fetch request lists only the partitions that changed and each response only those with records, instead of every assigned partition both ways (services/worker/fetch_sessions.py). Experimental: less CPU below full load, for the worker and the broker (BENCHMARKS.md, issue 27)",

@@ -69,11 +69,11 @@ class FetchSession:
             self.drop()
             return
         if request.epoch == INITIAL_EPOCH:
-            self.id = response.session_id  # 0: the broker kept no session (its cache full)
-        self.epoch = 1 if request.epoch in (INITIAL_EPOCH, MAX_EPOCH) else request.epoch + 1
-        if self.id == 0:
+            self.id = response.session_id
+        if self.id == 0:  # the broker kept no session (its cache full): full requests again
             self.drop()
             return
+        self.epoch = 1 if request.epoch in (INITIAL_EPOCH, MAX_EPOCH) else request.epoch + 1
         self.partitions = {tp: offset for tp, (offset, _) in request.wanted.items()}
 
     def drop(self) -> None:

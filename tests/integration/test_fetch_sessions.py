@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.consumer.fetcher import Fetcher
 
-from runtime.settings import Settings
 from services.worker.fetch_sessions import SessionFetchRequest, use_fetch_sessions
+from tests.integration.harness import BOOTSTRAP
 
 pytestmark = [pytest.mark.integration]
 
@@ -24,7 +24,7 @@ PARTITIONS = 8
 @pytest.fixture
 async def topic() -> AsyncIterator[str]:
     name = f"fetch-sessions-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=Settings().kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(name, PARTITIONS, 1)])
@@ -81,10 +81,9 @@ async def take(consumer: AIOKafkaConsumer, count: int) -> dict[int, list[str]]:
 async def test_every_record_arrives_once_and_in_order_with_fetches_of_what_moved(
     topic: str, built: list[tuple[int, int, int]]
 ) -> None:
-    settings = Settings()
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100
+        bootstrap_servers=BOOTSTRAP, enable_auto_commit=False, fetch_max_wait_ms=100
     )
     await producer.start()
     await consumer.start()
