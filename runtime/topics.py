@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -56,7 +57,7 @@ CHANGELOG_CONFIG: dict[str, str] = {
     "max.compaction.lag.ms": str(6 * 3_600_000),
     # A tombstone stays a day after the pass that compacted what it deletes: a worker that
     # recovers from a local store older than that may miss it and keep the key, so a worker
-    # discards such stores at its start (services/worker/stale_stores.py). A day of
+    # discards such stores before it opens them (services/worker/stale_stores.py). A day of
     # tombstones is what a worker down longer replays in full instead.
     "delete.retention.ms": str(24 * 3_600_000),
 }
@@ -351,6 +352,24 @@ async def correct_configs(
         return lines
     finally:
         await admin.close()
+
+
+async def tombstone_retention(settings: Settings) -> timedelta:
+    """The shortest ``delete.retention.ms`` the broker holds for the worker's changelogs: how
+    long a tombstone outlives the compaction of what it deletes, which bounds the age of a
+    local store that can be trusted (services/worker/stale_stores.py). CHANGELOG_CONFIG's
+    value for a changelog the broker does not describe (not created yet)."""
+    declared = int(CHANGELOG_CONFIG["delete.retention.ms"])
+    admin = await _started_admin(settings)
+    try:
+        names = [s.name for s in declared_topics(settings) if s.config == CHANGELOG_CONFIG]
+        existing = set(await admin.list_topics())
+        asked = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names if n in existing]
+        described = _topic_configs(await admin.describe_configs(asked)) if asked else {}
+    finally:
+        await admin.close()
+    held = [int(v) for values, _ in described.values() if (v := values.get("delete.retention.ms"))]
+    return timedelta(milliseconds=min([declared, *held]))
 
 
 def _topic_configs(

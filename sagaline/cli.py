@@ -85,8 +85,6 @@ def topics_check() -> None:
 @main.command()
 def worker() -> None:
     """Run the Faust worker: the saga orchestrator and its participants."""
-    from datetime import UTC, datetime
-
     import sagas.domains  # noqa: F401  (registers every domain's contracts)
     from runtime.kafka_security import KafkaUnreachable
     from runtime.logformat import dict_config
@@ -94,14 +92,10 @@ def worker() -> None:
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
     from services.worker.faust_app import create_app
-    from services.worker.stale_stores import MAX_AGE as STALE_STORE_AGE
-    from services.worker.stale_stores import discard_stale_stores
 
     settings = get_settings()
     try:
         asyncio.run(check_topics(settings))
-        if settings.store == "rocksdb":  # stores that may have missed tombstones go
-            asyncio.run(discard_stale_stores(settings, STALE_STORE_AGE, datetime.now(UTC)))
     except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
     app, _ = create_app(settings, build_processes(settings))

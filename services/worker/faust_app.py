@@ -47,6 +47,7 @@ from services.worker.metrics_pages import register_metrics
 from services.worker.resume import resume_from_stored_positions
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import ProcessRunner
+from services.worker.stale_stores import judge_stores_on_assignment
 from services.worker.tracing import StepTracing
 
 __all__ = ["MIB", "FaustTable", "_send_ticks", "create_app"]
@@ -107,6 +108,8 @@ def create_app(
     faust_seam.keep_standby_changelog_on_resume(app)
     # A leader that assigned without a topic's metadata asks for it until it has it.
     faust_seam.rejoin_when_topics_appear(app)
+    if settings.store == "rocksdb":  # a store that may have missed tombstones is not reopened
+        judge_stores_on_assignment(app, settings)
     metrics = metrics or Metrics()
     # One budget for every table partition this process opens (rocksdb_budget).
     budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None

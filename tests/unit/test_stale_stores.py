@@ -13,6 +13,7 @@ from services.worker.stale_stores import (
     PERSISTED_OFFSET_KEY,
     LocalStore,
     local_stores,
+    max_age,
     stale,
 )
 
@@ -35,8 +36,9 @@ def test_a_store_is_discarded_when_its_last_record_is_too_old_or_gone() -> None:
     ]
 
 
-def test_the_age_allowed_is_the_changelogs_tombstone_retention_less_an_hour() -> None:
-    assert timedelta(hours=23) == MAX_AGE
+def test_the_age_allowed_is_the_tombstone_retention_less_a_twenty_fourth() -> None:
+    assert timedelta(hours=23) == MAX_AGE  # of the day Sagaline declares
+    assert max_age(timedelta(seconds=60)) == timedelta(seconds=57.5)  # as the soak shortens it
 
 
 def test_local_stores_are_read_with_their_persisted_offsets(tmp_path: Path) -> None:
