@@ -358,16 +358,26 @@ async def tombstone_retention(settings: Settings) -> timedelta:
     """The shortest ``delete.retention.ms`` the broker holds for the worker's changelogs: how
     long a tombstone outlives the compaction of what it deletes, which bounds the age of a
     local store that can be trusted (services/worker/stale_stores.py). CHANGELOG_CONFIG's
-    value for a changelog the broker does not describe (not created yet)."""
+    value for a changelog not created yet; :class:`TopicMismatch` when the broker answers
+    with an error for one."""
     declared = int(CHANGELOG_CONFIG["delete.retention.ms"])
     admin = await _started_admin(settings)
     try:
         names = [s.name for s in declared_topics(settings) if s.config == CHANGELOG_CONFIG]
         existing = set(await admin.list_topics())
         asked = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names if n in existing]
-        described = _topic_configs(await admin.describe_configs(asked)) if asked else {}
+        response = await admin.describe_configs(asked) if asked else []
     finally:
         await admin.close()
+    refused = [
+        f"{name}: {message or f'error code {code}'}"
+        for reply in response
+        for code, message, _, name, _ in reply.resources
+        if code
+    ]
+    if refused:
+        raise TopicMismatch("the broker did not describe " + "; ".join(refused))
+    described = _topic_configs(response)
     held = [int(v) for values, _ in described.values() if (v := values.get("delete.retention.ms"))]
     return timedelta(milliseconds=min([declared, *held]))
 

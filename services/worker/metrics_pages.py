@@ -10,6 +10,7 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.settings import Settings
+from services.worker.faust_seam import changing_hands
 from services.worker.memory import open_rocksdbs
 from services.worker.metrics import Metrics
 from services.worker.runner import ProcessRunner
@@ -46,6 +47,10 @@ def register_metrics(
 async def _measure_lag(app: faust.App, metrics: Metrics, runners: list[ProcessRunner]) -> None:
     """Per owned input partition: its end offset less the position stored for it (what is
     left to process; a partition with no stored position yet counts from offset 0)."""
+    if changing_hands(app):
+        # Mid-rebalance the assignment is the new one, whose stores are judged and opened
+        # by the rebalance itself (services/worker/stale_stores.py): keep the last figures.
+        return
     by_topic = {runner.topic: runner for runner in runners}
     owned = [tp for tp in app.consumer.assignment() if tp.topic in by_topic]
     ends = await app.consumer.highwaters(*owned) if owned else {}

@@ -14,14 +14,14 @@ has missed no tombstone. A store whose last record is older, or gone (compacted 
 its time is unknown), is deleted here, and Faust recovers that partition from the start of
 its changelog, as a new worker would.
 
-A store is judged each time it is opened again, not only at the worker's start: a worker
-that runs for weeks closes a partition's store when a rebalance takes the partition away
-and keeps it on disk, and the partition may come back days later (soak soaka21559: a store
-closed for nine minutes under a 60 s tombstone retention brought retired sagas back to an
-older step, and they decided that step again). :func:`judge_stores_on_assignment` runs
-before Faust opens the stores of an assignment: every assigned partition whose store is on
-disk but not open here is judged, at the first assignment after a start as at any later
-one. The age allowed follows the retention the broker holds for the changelogs
+A store is judged each time an assignment gives its partition back, not only at the
+worker's start: a worker that runs for weeks closes a partition's store when a rebalance
+takes the partition away and keeps it on disk, and the partition may come back days later
+(soak soaka21559: a store closed for nine minutes under a 60 s tombstone retention brought
+retired sagas back to an older step, and they decided that step again).
+:func:`judge_stores_on_assignment` runs before Faust opens the stores of an assignment, over
+every partition it gives that the previous one did not (all of them after a start). The age
+allowed follows the retention the broker holds for the changelogs
 (:func:`runtime.topics.tombstone_retention`), not the one Sagaline declares.
 """
 
@@ -46,19 +46,23 @@ from runtime.topics import CHANGELOG_CONFIG, tombstone_retention
 from services.worker.faust_seam import (
     PERSISTED_OFFSET_KEY,
     is_rocksdict_store,
-    open_partition_dbs,
-    partition_stores,
-    table_dirs,
 )
 
 log = logging.getLogger(__name__)
 
 
+MARGIN_FLOOR = timedelta(minutes=10)
+"""The least of the margin below: the clocks of the worker that wrote a record and of this one,
+the judgement's own time, and the recovery's, which must read a tombstone before the broker
+may remove it."""
+
+
 def max_age(retention: timedelta) -> timedelta:
     """How old a store's last applied record may be under a tombstone ``retention``: the
-    retention less a twenty-fourth of it (an hour of the default day) for the clocks of the
-    worker that wrote the record and of this one."""
-    return retention - retention / 24
+    retention less a twenty-fourth of it (an hour of the default day), and less at least
+    :data:`MARGIN_FLOOR`. Negative under a retention of ten minutes or less: every store is
+    then discarded."""
+    return retention - max(retention / 24, MARGIN_FLOOR)
 
 
 MAX_AGE = max_age(timedelta(milliseconds=int(CHANGELOG_CONFIG["delete.retention.ms"])))
@@ -71,11 +75,6 @@ class LocalStore:
     changelog: str
     partition: int
     persisted: int
-
-
-WrittenAt = Callable[[Mapping[TopicPartition, int]], Awaitable[dict[TopicPartition, datetime]]]
-"""When the record at each (changelog partition, offset) was written; a record that is not
-there (compacted away) is left out."""
 
 
 def stale(
@@ -95,19 +94,11 @@ def stale(
     return found
 
 
-def local_stores(tables_dir: Path, app_id: str) -> list[LocalStore]:
-    """Every table partition's RocksDB under ``tables_dir`` that holds a persisted offset."""
-    stores = []
-    for table, partition, path in partition_stores(tables_dir):
-        persisted = _persisted_offset(path)
-        if persisted is not None:
-            changelog = f"{app_id}-{table}-changelog"
-            stores.append(LocalStore(path, changelog, partition, persisted))
-    return stores
-
-
-def _persisted_offset(path: Path) -> int | None:
-    db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+def persisted_offset(path: Path) -> int | None:
+    """The changelog offset a table partition's RocksDB at ``path`` last applied, if any."""
+    options = Options(raw_mode=True)
+    options.set_max_open_files(16)  # one key is read: not every SST file kept open
+    db = Rdict(str(path), options, access_type=AccessType.read_only())
     try:
         raw = db.get(PERSISTED_OFFSET_KEY)
     finally:
@@ -115,53 +106,52 @@ def _persisted_offset(path: Path) -> int | None:
     return None if raw is None else int(raw)
 
 
-async def discard_stale_stores(
-    settings: Settings,
-    max_age: timedelta,
-    now: datetime,
-    written_at: WrittenAt | None = None,
-    stores: list[LocalStore] | None = None,
-) -> list[str]:
-    """Delete the local stores (``stores``, or every one under ``settings.data_dir``) whose
-    last applied changelog record is older than ``max_age`` or gone; returns a line for each."""
-    if stores is None:
-        stores = [
-            s for d in table_dirs(settings.data_dir) for s in local_stores(d, settings.app_id)
-        ]
-    if not stores:
-        return []
-    read = written_at or (lambda offsets: _written_at(settings, offsets))
-    times = await read({TopicPartition(s.changelog, s.partition): s.persisted for s in stores})
-    lines = []
-    for store, reason in stale(stores, times, now, max_age):
-        shutil.rmtree(store.path)
-        line = (
-            f"discarded the local store {store.path.name}: {reason}; Faust recovers it "
-            "from its changelog"
-        )
-        log.warning(line)
-        lines.append(line)
-    return lines
+def judge_stores_on_assignment(app: faust.App, settings: Settings) -> None:
+    """Judge the stores of each assignment before Faust opens them (the module's docstring).
+    Faust's table manager hands an assignment to each table's store, which opens the active
+    partitions' databases, and then to its recovery, which reads every assigned partition's
+    persisted offset: the judgement runs first, over the partitions the assignment gives this
+    process that the previous one did not (all of them after a start). A database of such a
+    partition that is open (something read it since it was taken away) is closed first."""
+    tables: Any = app.tables
+    on_rebalance = tables.on_rebalance
+    held_before: set[TopicPartition] = set()
+
+    async def judged(
+        assigned: set[Any], revoked: set[Any], newly_assigned: set[Any], generation_id: int = 0
+    ) -> None:
+        nonlocal held_before
+        held = set(app.assignor.assigned_actives()) | set(app.assignor.assigned_standbys())
+        returning, held_before = held - held_before, held
+        await judge(settings, _returning_stores(tables.values(), returning))
+        await on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+    tables.on_rebalance = judged
 
 
-def closed_stores(assigned: Iterable[TopicPartition], tables: Iterable[Any]) -> list[LocalStore]:
-    """The stores an assignment is about to open again: each assigned changelog partition
-    of ``tables`` (Faust tables) whose RocksDB is on disk but not open in this process, and
-    holds a persisted offset (an empty one has nothing to be stale with)."""
+@dataclass(frozen=True)
+class Returning:
+    """A table partition's store an assignment is about to open again."""
+
+    store: Any
+    """Faust's RocksDB store of the table (its open databases are ``_dbs``); None for a store
+    no running Faust holds (a stopped worker's, read by a test)."""
+    changelog: str
+    partition: int
+    path: Path
+
+
+def _returning_stores(tables: Iterable[Any], returning: set[TopicPartition]) -> list[Returning]:
     found = []
     for table in tables:
         store = table.data
         if not is_rocksdict_store(store):
             continue
         changelog = table.changelog_topic.get_topic_name()
-        opened = open_partition_dbs(store)
-        for tp in assigned:
-            if tp.topic != changelog or tp.partition in opened:
-                continue
+        for tp in returning:
             path = Path(store.partition_path(tp.partition))
-            persisted = _persisted_offset(path) if path.exists() else None
-            if persisted is not None:
-                found.append(LocalStore(path, changelog, tp.partition, persisted))
+            if tp.topic == changelog and path.exists():
+                found.append(Returning(store, changelog, tp.partition, path))
     return found
 
 
@@ -171,50 +161,104 @@ well under a second when it is up) before it discards the stores unjudged: the g
 for this member meanwhile."""
 
 
-def judge_stores_on_assignment(app: faust.App, settings: Settings) -> None:
-    """Judge the stores of each assignment before Faust opens them (the module's docstring):
-    Faust's table manager hands an assignment to each table's store, which opens the active
-    partitions' databases, and then to its recovery, which reads every assigned partition's
-    persisted offset. The judgement runs first. When the broker cannot be asked, every store
-    judged is discarded: recovering a partition from its changelog is always right."""
-    tables: Any = app.tables
-    on_rebalance = tables.on_rebalance
-    retention: list[timedelta] = []  # asked of the broker once, at the first judgement
+Ask = Callable[[list[LocalStore]], Awaitable[tuple[timedelta, dict[TopicPartition, datetime]]]]
+"""The changelogs' tombstone retention, and when the record at each store's persisted offset
+was written (a record that is not there, compacted away, left out)."""
 
-    async def judged(
-        assigned: set[Any], revoked: set[Any], newly_assigned: set[Any], generation_id: int = 0
-    ) -> None:
-        held = app.assignor.assigned_actives() | app.assignor.assigned_standbys()
-        stores = closed_stores(held, tables.values())
-        if stores:
-            try:
-                async with asyncio.timeout(JUDGE_TIMEOUT_S):
-                    if not retention:
-                        retention.append(await tombstone_retention(settings))
-                    await discard_stale_stores(
-                        settings, max_age(retention[0]), datetime.now(UTC), stores=stores
-                    )
-            except Exception as exc:
-                for store in stores:
-                    shutil.rmtree(store.path, ignore_errors=True)
-                log.warning(
-                    "discarded %d local stores without judging them (%s): Faust recovers "
-                    "them from their changelogs",
-                    len(stores),
-                    exc,
-                )
-        await on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
-    tables.on_rebalance = judged
+async def judge(
+    settings: Settings,
+    returning: list[Returning],
+    ask: Ask | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[str]:
+    """Discard each of ``returning`` that is stale, unreadable or holds no persisted offset,
+    or every one of them when the broker cannot say (``ask``: from the broker unless given).
+    Returns a line for each store discarded."""
+    if not returning:
+        return []
+    for one in returning:
+        _close(one)
+    readable, unreadable = await asyncio.to_thread(_read, returning)
+    why = {one.path: reason for one, reason in unreadable}
+    if readable:
+        stores = [store for _, store in readable]
+        try:
+            async with asyncio.timeout(JUDGE_TIMEOUT_S):
+                retention, written = await (ask or _asker(settings))(stores)
+            now = clock()  # after the answers: the age is not understated
+            why.update(
+                {s.path: reason for s, reason in stale(stores, written, now, max_age(retention))}
+            )
+        except Exception as exc:  # any failure: recovering from the changelog is always right
+            why.update({s.path: f"the broker could not judge it ({exc!r})" for s in stores})
+    lines = []
+    for one in returning:
+        if (reason := why.get(one.path)) is not None:
+            _close(one)  # opened meanwhile (nothing should have, while hands change)
+            await asyncio.to_thread(_remove, one.path)
+            line = (
+                f"discarded the local store {one.path.name}: {reason}; Faust recovers it "
+                "from its changelog"
+            )
+            log.warning(line)
+            lines.append(line)
+    return lines
+
+
+def _close(one: Returning) -> None:
+    """Close the partition's database if the store has it open: a partition taken away may
+    have been read since (Faust closes it only at the revocation), and it is judged, and
+    opened again by Faust, from its files."""
+    db = None if one.store is None else one.store._dbs.pop(one.partition, None)
+    if db is not None:
+        db.close()
+
+
+def _read(
+    returning: list[Returning],
+) -> tuple[list[tuple[Returning, LocalStore]], list[tuple[Returning, str]]]:
+    """Each store's persisted offset, or why it has none to judge."""
+    readable: list[tuple[Returning, LocalStore]] = []
+    unreadable: list[tuple[Returning, str]] = []
+    for one in returning:
+        try:
+            persisted = persisted_offset(one.path)
+        except Exception as exc:
+            unreadable.append((one, f"it cannot be read ({exc})"))
+            continue
+        if persisted is None:
+            unreadable.append((one, "it holds no persisted offset"))
+        else:
+            readable.append((one, LocalStore(one.path, one.changelog, one.partition, persisted)))
+    return readable, unreadable
+
+
+def _remove(path: Path) -> None:
+    """Rename the directory aside, then remove it: a crash in between leaves no half store
+    under the partition's name (Faust would refuse to open one)."""
+    aside = path.with_name(f".{path.name}.discarded")
+    shutil.rmtree(aside, ignore_errors=True)
+    path.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _asker(settings: Settings) -> Ask:
+    async def ask(stores: list[LocalStore]) -> tuple[timedelta, dict[TopicPartition, datetime]]:
+        retention = await tombstone_retention(settings)
+        offsets = {TopicPartition(s.changelog, s.partition): s.persisted for s in stores}
+        return retention, await _written_at(settings, offsets)
+
+    return ask
 
 
 async def _written_at(
     settings: Settings, offsets: Mapping[TopicPartition, int], timeout_s: float = 10.0
 ) -> dict[TopicPartition, datetime]:
     consumer = AIOKafkaConsumer(**aiokafka_options(settings), enable_auto_commit=False)
-    await consumer.start()
     found: dict[TopicPartition, datetime] = {}
     try:
+        await consumer.start()
         consumer.assign(list(offsets))
         for tp, offset in offsets.items():
             consumer.seek(tp, offset)
@@ -228,6 +272,8 @@ async def _written_at(
                     if first.offset == offsets[tp]:
                         found[tp] = datetime.fromtimestamp(first.timestamp / 1000, tz=UTC)
                     consumer.pause(tp)
+        if waiting:
+            raise TimeoutError(f"{len(waiting)} changelog partition(s) not read in {timeout_s} s")
     finally:
         await consumer.stop()
     return found

@@ -16,7 +16,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
 from runtime.topics import CHANGELOG_CONFIG, declared_topics, tombstone_retention
-from services.worker.stale_stores import MAX_AGE, discard_stale_stores, local_stores
+from services.worker.faust_seam import partition_stores, table_dirs
+from services.worker.stale_stores import Returning, judge, persisted_offset
 from tests.integration.harness import Worker, free_port, isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration]
@@ -29,17 +30,22 @@ async def test_a_recent_store_is_kept_an_old_one_discarded_and_recovered(tmp_pat
         first = await stack.place([("fig", 1)])
         assert (await stack.tail.wait_for([first], 30))[first].status == "CONFIRMED"
         await asyncio.to_thread(stack.worker.stop)
-        [tables] = settings.data_dir.glob("v*/tables")
-        stores = local_stores(tables, settings.app_id)
-        assert stores  # the partitions it wrote hold a persisted offset
-        now = datetime.now(UTC)
-        assert await discard_stale_stores(settings, MAX_AGE, now) == []
-        assert all(s.path.exists() for s in stores)
+        [tables] = table_dirs(settings.data_dir)
+        returning = [
+            Returning(None, f"{settings.app_id}-{table}-changelog", partition, path)
+            for table, partition, path in partition_stores(tables)
+        ]
+        written = [r for r in returning if persisted_offset(r.path) is not None]
+        assert written  # the partitions it wrote hold a persisted offset
+        # judged now: the stores it wrote are young; those it never wrote hold no offset
+        await judge(settings, returning)
+        assert all(r.path.exists() for r in written)
         # as if the worker had been down for a day and more
-        lines = await discard_stale_stores(settings, MAX_AGE, now + timedelta(days=2))
-        assert len(lines) == len(stores)
+        later = datetime.now(UTC) + timedelta(days=2)
+        lines = await judge(settings, written, clock=lambda: later)
+        assert len(lines) == len(written)
         assert all("ago; Faust recovers it from its changelog" in line for line in lines)
-        assert not any(s.path.exists() for s in stores)
+        assert not any(r.path.exists() for r in written)
         await asyncio.to_thread(stack.worker.start)
         # recovered from the changelogs: the stock remembers the first sale
         second = await stack.place([("fig", 1)])

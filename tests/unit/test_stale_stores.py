@@ -8,11 +8,13 @@ import pytest
 from aiokafka import TopicPartition
 from rocksdict import Options, Rdict
 
+from runtime.settings import Settings
 from services.worker.stale_stores import (
     MAX_AGE,
     PERSISTED_OFFSET_KEY,
     LocalStore,
-    local_stores,
+    Returning,
+    judge,
     max_age,
     stale,
 )
@@ -36,21 +38,85 @@ def test_a_store_is_discarded_when_its_last_record_is_too_old_or_gone() -> None:
     ]
 
 
-def test_the_age_allowed_is_the_tombstone_retention_less_a_twenty_fourth() -> None:
+def test_the_age_allowed_is_the_retention_less_a_twenty_fourth_or_ten_minutes() -> None:
     assert timedelta(hours=23) == MAX_AGE  # of the day Sagaline declares
-    assert max_age(timedelta(seconds=60)) == timedelta(seconds=57.5)  # as the soak shortens it
+    assert max_age(timedelta(hours=2)) == timedelta(hours=1, minutes=50)
+    assert max_age(timedelta(seconds=60)) < timedelta(0)  # as the soak shortens it: none kept
 
 
-def test_local_stores_are_read_with_their_persisted_offsets(tmp_path: Path) -> None:
-    for name, persisted in (("order-saga-state-3.db", b"41"), ("payment-state-0.db", None)):
-        db = Rdict(str(tmp_path / name), Options(raw_mode=True))
-        db[b"k"] = b"v"
-        if persisted is not None:
-            db[PERSISTED_OFFSET_KEY] = persisted
-        db.close()
-    [store] = local_stores(tmp_path, "app")
-    assert (store.changelog, store.partition, store.persisted) == (
-        "app-order-saga-state-changelog",
-        3,
-        41,
+CHANGELOG = "a-t-state-changelog"
+
+
+def _store(tmp_path: Path, partition: int, persisted: bytes | None) -> Path:
+    path = tmp_path / f"t-state-{partition}.db"
+    db = Rdict(str(path), Options(raw_mode=True))
+    db[b"k"] = b"v"
+    if persisted is not None:
+        db[PERSISTED_OFFSET_KEY] = persisted
+    db.close()
+    return path
+
+
+class _Db:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _FaustStore:
+    def __init__(self, dbs: dict[int, _Db]) -> None:
+        self._dbs = dbs
+
+
+async def test_judge_keeps_a_young_store_and_discards_every_other(tmp_path: Path) -> None:
+    young, old, gone, empty = (
+        _store(tmp_path, p, o) for p, o in enumerate((b"10", b"11", b"12", None))
     )
+    unreadable = tmp_path / "t-state-4.db"
+    unreadable.mkdir()  # a directory without RocksDB's files: a removal cut short
+    open_db = _Db()
+    faust_store = _FaustStore({0: open_db})
+    returning = [
+        Returning(faust_store if p == 0 else None, CHANGELOG, p, path)
+        for p, path in enumerate((young, old, gone, empty, unreadable))
+    ]
+    asked: list[list[LocalStore]] = []
+
+    async def ask(stores: list[LocalStore]) -> tuple[timedelta, dict[TopicPartition, datetime]]:
+        asked.append(stores)
+        written = {
+            TopicPartition(CHANGELOG, 0): NOW - timedelta(hours=2),
+            TopicPartition(CHANGELOG, 1): NOW - timedelta(days=2),
+        }
+        return timedelta(days=1), written
+
+    lines = await judge(settings_stub(), returning, ask, clock=lambda: NOW)
+    assert [(s.partition, s.persisted) for s in asked[0]] == [(0, 10), (1, 11), (2, 12)]
+    assert [line.split(":")[0] for line in lines] == [
+        f"discarded the local store {p.name}" for p in (old, gone, empty, unreadable)
+    ]
+    assert "written 2 days, 0:00:00 ago" in lines[0]
+    assert "(offset 12) is gone" in lines[1]
+    assert "holds no persisted offset" in lines[2]
+    assert "cannot be read" in lines[3]
+    assert young.exists() and not any(p.exists() for p in (old, gone, empty, unreadable))
+    assert not list(tmp_path.glob(".*discarded"))
+    # the young store's database, open in the store, was closed and is opened again by Faust
+    assert open_db.closed and faust_store._dbs == {}
+
+
+async def test_judge_discards_every_store_the_broker_cannot_judge(tmp_path: Path) -> None:
+    paths = [_store(tmp_path, p, b"10") for p in range(2)]
+
+    async def ask(stores: list[LocalStore]) -> tuple[timedelta, dict[TopicPartition, datetime]]:
+        raise TimeoutError("2 changelog partition(s) not read in 10.0 s")
+
+    returning = [Returning(None, CHANGELOG, p, path) for p, path in enumerate(paths)]
+    lines = await judge(settings_stub(), returning, ask, clock=lambda: NOW)
+    assert len(lines) == 2 and all("the broker could not judge it" in line for line in lines)
+    assert not any(p.exists() for p in paths)
+
+
+def settings_stub() -> Settings:
+    return Settings()  # judge reads the broker's settings only when it is not given ``ask``
