@@ -1,5 +1,5 @@
-"""Incremental fetch sessions (Kafka's KIP-227) for aiokafka's fetcher: opt-in
-(``SAGALINE_FETCH_SESSIONS``), experimental.
+"""Incremental fetch sessions (Kafka's KIP-227) for aiokafka's fetcher: on by default
+(``SAGALINE_FETCH_SESSIONS``).
 
 aiokafka sends every fetch without a session: each request lists every fetchable partition
 of the node with its offset, and each response lists them all back, records or not. A worker
@@ -139,9 +139,10 @@ def _by_topic(partitions: Wanted) -> list[tuple[str, list[tuple[int, int, int]]]
 
 
 def use_fetch_sessions() -> None:
-    """Make every aiokafka fetcher of this process fetch in sessions (the worker's only
-    consumer is Faust's): each fetch request aiokafka builds is turned into its broker's
-    session request, and the fetcher's client tells the session each answer."""
+    """Make every aiokafka fetcher of this process fetch in sessions (Faust's consumer, and
+    the short-lived ones that read a record or two at a rebalance, each fetcher its own
+    sessions): each fetch request aiokafka builds is turned into its broker's session
+    request, and the fetcher's client tells the session each answer."""
     if getattr(Fetcher, "_sagaline_sessions", False):
         return
     plan = Fetcher._get_actions_per_node
