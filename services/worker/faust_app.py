@@ -44,6 +44,7 @@ from services.worker.kafka_ports import KafkaPorts
 from services.worker.membership import TICK_S, Membership
 from services.worker.metrics import Metrics
 from services.worker.metrics_pages import register_metrics
+from services.worker.orphan_promotion import promote_orphans_past_capacity
 from services.worker.resume import resume_from_stored_positions
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import ProcessRunner
@@ -104,6 +105,8 @@ def create_app(
     faust_seam.drop_faust_views(app)
     if settings.fetch_sessions:
         use_fetch_sessions()
+    # A dead worker's partitions go to their standbys' workers, past Faust's balance cap.
+    promote_orphans_past_capacity()
     # A standby's first changelog fetch survives the recovery's last resume of flow.
     faust_seam.keep_standby_changelog_on_resume(app)
     # A leader that assigned without a topic's metadata asks for it until it has it.
