@@ -52,11 +52,17 @@ class Mismatch:
     key: bytes
     recovered: bytes | None
     changelog: bytes | None
+    offsets: tuple[int, ...] = ()
+    """The changelog offsets of the key's records (a tombstone's marked with a minus)."""
+    persisted: int | None = None
+    """The store's persisted offset: records of the key below it were to be in the store."""
 
     def __str__(self) -> str:
         return (
             f"{self.table}[{self.partition}] key {self.key[:80]!r}: recovery gives "
             f"{_short(self.recovered)}, the changelog's last value is {_short(self.changelog)}"
+            f" (the key's records at offsets {list(self.offsets)[-6:]}, a tombstone negative;"
+            f" the store's persisted offset {self.persisted})"
         )
 
 
@@ -99,9 +105,11 @@ async def recovery_mismatches(
         mine = sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)
         recovered, persisted = read_local(partition_path(tables_dir, table, partition))
         last: dict[bytes, bytes | None] = {}
+        offsets: dict[bytes, list[int]] = {}
         for r in mine:
             assert r.key is not None, f"{changelog}[{partition}]@{r.offset} has no key"
             last[r.key] = r.value
+            offsets.setdefault(r.key, []).append(r.offset if r.value is not None else -r.offset)
             # Faust seeks to the persisted offset itself (not past it) and applies from there.
             if persisted is None or r.offset >= persisted:
                 if r.value is None:
@@ -110,7 +118,17 @@ async def recovery_mismatches(
                     recovered[r.key] = r.value
         for key in sorted(set(recovered) | {k for k, v in last.items() if v is not None}):
             if recovered.get(key) != last.get(key):
-                found.append(Mismatch(table, partition, key, recovered.get(key), last.get(key)))
+                found.append(
+                    Mismatch(
+                        table,
+                        partition,
+                        key,
+                        recovered.get(key),
+                        last.get(key),
+                        tuple(offsets.get(key, ())),
+                        persisted,
+                    )
+                )
         if record_type is not None:
             found += unreadable_records(table, partition, recovered, record_type)
     return found
