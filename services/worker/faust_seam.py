@@ -59,6 +59,12 @@ require_tested_faust()
 # Faust is imported only once its version is known to be one these internals exist in.
 import faust  # noqa: E402
 import faust.streams  # noqa: E402
+from faust.assignor.client_assignment import (  # noqa: E402
+    CopartitionedAssignment as CopartitionedAssignment,  # for orphan_promotion
+)
+from faust.assignor.copartitioned_assignor import (  # noqa: E402
+    CopartitionedAssignor as CopartitionedAssignor,  # for orphan_promotion
+)
 from faust.exceptions import ImproperlyConfigured  # noqa: E402
 from faust.stores import STORES  # noqa: E402
 from faust.stores.memory import Store as MemoryStore  # noqa: E402

@@ -28,8 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from faust.assignor.client_assignment import CopartitionedAssignment
-from faust.assignor.copartitioned_assignor import CopartitionedAssignor
+from services.worker.faust_seam import CopartitionedAssignment, CopartitionedAssignor
 
 _ORPHANS = "_sagaline_orphans"
 
