@@ -92,13 +92,17 @@ def worker() -> None:
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
     from services.worker.faust_app import create_app
+    from services.worker.stale_stores import judge_at_start
 
     settings = get_settings()
     try:
         asyncio.run(check_topics(settings))
+        # Stores that may have missed tombstones go before Faust opens any (the broker asked
+        # here, not during a rebalance: services/worker/stale_stores.py).
+        currency = asyncio.run(judge_at_start(settings)) if settings.store == "rocksdb" else None
     except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
-    app, _ = create_app(settings, build_processes(settings))
+    app, _ = create_app(settings, build_processes(settings), currency=currency)
     gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
     faust_worker = BoundedWorker(

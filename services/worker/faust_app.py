@@ -48,7 +48,7 @@ from services.worker.orphan_promotion import promote_orphans_past_capacity
 from services.worker.resume import resume_from_stored_positions
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import ProcessRunner
-from services.worker.stale_stores import judge_stores_on_assignment
+from services.worker.stale_stores import MAX_AGE, Currency, judge_stores_on_assignment
 from services.worker.tracing import StepTracing
 
 __all__ = ["MIB", "FaustTable", "_send_ticks", "create_app"]
@@ -62,8 +62,13 @@ delivery.install()
 
 
 def create_app(
-    settings: Settings, processes: Sequence[Process[Any]], metrics: Metrics | None = None
+    settings: Settings,
+    processes: Sequence[Process[Any]],
+    metrics: Metrics | None = None,
+    currency: Currency | None = None,
 ) -> tuple[faust.App, list[ProcessRunner]]:
+    """``currency``: the local stores judged at the start (services/worker/stale_stores.py);
+    without it every store found on disk is recovered from its changelog."""
     faust_seam.require_tested_faust()
     app = faust.App(
         settings.app_id,
@@ -112,7 +117,7 @@ def create_app(
     # A leader that assigned without a topic's metadata asks for it until it has it.
     faust_seam.rejoin_when_topics_appear(app)
     if settings.store == "rocksdb":  # a store that may have missed tombstones is not reopened
-        judge_stores_on_assignment(app, settings)
+        judge_stores_on_assignment(app, currency or Currency(MAX_AGE, {}))
     metrics = metrics or Metrics()
     # One budget for every table partition this process opens (rocksdb_budget).
     budget = MemoryBudget(settings.rocksdb_memory_mb * MIB) if settings.store == "rocksdb" else None

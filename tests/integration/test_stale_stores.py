@@ -15,7 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import Settings
-from runtime.topics import CHANGELOG_CONFIG, declared_topics, tombstone_retention
+from runtime.topics import CHANGELOG_CONFIG, create_topics, declared_topics, tombstone_retention
 from services.worker.faust_seam import partition_stores, table_dirs
 from services.worker.stale_stores import Returning, judge, persisted_offset
 from tests.integration.harness import Worker, free_port, isolated_settings, running_stack
@@ -60,6 +60,9 @@ async def test_a_store_closed_longer_than_the_retention_is_not_reopened(tmp_path
     partition from its changelog (soak soaka21559 reopened such a store, and retired sagas
     came back at an older step)."""
     settings = isolated_settings(tmp_path, table_standby_replicas=0)
+    retention_s = 1.0
+    await create_topics(settings)
+    await _shorten_tombstone_retention(settings, retention_s)  # the worker asks at its start
     async with running_stack(settings, tmp_path) as stack:
         products = [f"p{i}" for i in range(8)]
         for product in products:
@@ -67,8 +70,6 @@ async def test_a_store_closed_longer_than_the_retention_is_not_reopened(tmp_path
         orders = [await stack.place([(p, 1)]) for p in products]
         outcomes = await stack.tail.wait_for(orders, 60)
         assert {outcomes[o].status for o in orders} == {"CONFIRMED"}
-        retention_s = 1.0
-        await _shorten_tombstone_retention(settings, retention_s)
         other = Worker(
             settings.model_copy(
                 update={"data_dir": tmp_path / "other-data", "worker_web_port": free_port()}
@@ -108,7 +109,10 @@ async def _shorten_tombstone_retention(settings: Settings, seconds: float) -> No
         )
     finally:
         await admin.close()
-    assert await tombstone_retention(settings) == timedelta(seconds=seconds)
+    deadline = asyncio.get_running_loop().time() + 20  # the broker applies configs shortly after
+    while await tombstone_retention(settings) != timedelta(seconds=seconds):
+        assert asyncio.get_running_loop().time() < deadline, "retention not applied"
+        await asyncio.sleep(0.5)
 
 
 async def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
