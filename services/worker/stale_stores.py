@@ -19,10 +19,11 @@ worker's start: a worker that runs for weeks closes a partition's store when a r
 takes the partition away and keeps it on disk, and the partition may come back days later
 (soak soaka21559: a store closed for nine minutes under a 60 s tombstone retention brought
 retired sagas back to an older step, and they decided that step again).
-:func:`judge_stores_on_assignment` runs before Faust opens the stores of an assignment, over
-every partition it gives that the previous one did not (all of them after a start). The age
-allowed follows the retention the broker holds for the changelogs
-(:func:`runtime.topics.tombstone_retention`), not the one Sagaline declares.
+:func:`judge_at_start` asks the broker before Faust starts; :func:`judge_stores_on_assignment`
+then runs before Faust opens the stores of each assignment, over every partition it gives
+that the previous one did not, without asking the broker again. The age allowed follows the
+retention the broker holds for the changelogs (:func:`runtime.topics.tombstone_retention`),
+not the one Sagaline declares.
 """
 
 from __future__ import annotations
