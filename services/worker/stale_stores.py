@@ -80,6 +80,10 @@ class LocalStore:
     persisted: int
 
 
+def _tp(store: LocalStore) -> TopicPartition:
+    return TopicPartition(store.changelog, store.partition)
+
+
 def stale(
     stores: list[LocalStore],
     written_at: Mapping[TopicPartition, datetime],
@@ -89,7 +93,7 @@ def stale(
     """The stores to discard, each with the reason."""
     found = []
     for store in stores:
-        when = written_at.get(TopicPartition(store.changelog, store.partition))
+        when = written_at.get(_tp(store))
         if when is None:
             found.append((store, f"its last record (offset {store.persisted}) is gone"))
         elif now - when > max_age:
@@ -132,10 +136,10 @@ async def judge_at_start(
     ]
     retention = await tombstone_retention(settings)
     known: dict[Path, datetime] = {}
+    from_broker = _asker(settings, retention)
 
     async def ask(stores: list[LocalStore]) -> tuple[timedelta, dict[TopicPartition, datetime]]:
-        offsets = {TopicPartition(s.changelog, s.partition): s.persisted for s in stores}
-        written = await _written_at(settings, offsets)
+        _, written = await from_broker(stores)
         known.update({s.path: t for s in stores if (t := written.get(_tp(s)))})
         return retention, written
 
@@ -144,15 +148,11 @@ async def judge_at_start(
     return Currency(max_age(retention), kept)
 
 
-def _tp(store: LocalStore) -> TopicPartition:
-    return TopicPartition(store.changelog, store.partition)
-
-
 def judge_stores_on_assignment(app: faust.App, currency: Currency) -> None:
     """Judge the stores of each assignment before Faust opens them (the module's docstring),
     without asking the broker: the rebalance must not wait on it (with the broker asked
     here, the fault harness found standbys whose stores skipped changelog records, in 4 of
-    74 cycles against none in 10 without: RELIABILITY.md, defect 10). A partition the
+    44 cycles against none in 26 without: RELIABILITY.md, defect 10). A partition the
     assignment gives that the previous did not is reopened only if its store was current
     within the age allowed: as of its last record when judged at the start, as of the
     assignment that took the partition away when it was held here since (an active store is
@@ -194,11 +194,11 @@ def judge_stores_on_assignment(app: faust.App, currency: Currency) -> None:
 
 @dataclass(frozen=True)
 class Returning:
-    """A table partition's store an assignment is about to open again."""
+    """A table partition's local store, to be judged before it is opened again."""
 
     store: Any
     """Faust's RocksDB store of the table (its open databases are ``_dbs``); None for a store
-    no running Faust holds (a stopped worker's, read by a test)."""
+    no running Faust holds (at a worker's start, before Faust, or a stopped worker's)."""
     changelog: str
     partition: int
     path: Path
@@ -223,9 +223,8 @@ def _stores_of(
 
 
 JUDGE_TIMEOUT_S = 15.0
-"""How long an assignment waits for the broker's answers (a describe and one record per store,
-well under a second when it is up) before it discards the stores unjudged: the group waits
-for this member meanwhile."""
+"""How long a judgement waits for the broker's answers (a describe and one record per store,
+well under a second when it is up) before it discards the stores unjudged."""
 
 
 Ask = Callable[[list[LocalStore]], Awaitable[tuple[timedelta, dict[TopicPartition, datetime]]]]
@@ -262,7 +261,7 @@ async def judge(
     lines = []
     for one in returning:
         if (reason := why.get(one.path)) is not None:
-            _close(one)  # opened meanwhile (nothing should have, while hands change)
+            _close(one)  # opened while the broker was asked
             await asyncio.to_thread(_remove, one.path)
             line = (
                 f"discarded the local store {one.path.name}: {reason}; Faust recovers it "
@@ -310,11 +309,12 @@ def _remove(path: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def _asker(settings: Settings) -> Ask:
+def _asker(settings: Settings, retention: timedelta | None = None) -> Ask:
+    """Ask the broker (the retention too, unless given)."""
+
     async def ask(stores: list[LocalStore]) -> tuple[timedelta, dict[TopicPartition, datetime]]:
-        retention = await tombstone_retention(settings)
-        offsets = {TopicPartition(s.changelog, s.partition): s.persisted for s in stores}
-        return retention, await _written_at(settings, offsets)
+        held = retention if retention is not None else await tombstone_retention(settings)
+        return held, await _written_at(settings, {_tp(s): s.persisted for s in stores})
 
     return ask
 
