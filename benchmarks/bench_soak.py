@@ -257,7 +257,9 @@ def fault_plan(
     plan: list[tuple[float, Callable[[], object]]] = []
     if args.kill_at_min and len(workers) > 1:
         victim, minute = workers[1], float(args.kill_at_min)
-        plan.append((minute, functools.partial(soak_faults.sigkill, victim, minute, 60.0)))
+        survivors = [w for w in workers if w is not victim]
+        kill = functools.partial(soak_faults.sigkill, victim, minute, 60.0, survivors)
+        plan.append((minute, kill))
     for minute in args.recover_at_min:
         plan.append((minute, functools.partial(soak_faults.empty_restart, workers[-1], minute)))
     return plan

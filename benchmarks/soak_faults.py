@@ -15,6 +15,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from benchmarks import soak_state
 from tests.integration.harness import Worker
@@ -32,12 +33,23 @@ class Event:
     notes: list[str] = field(default_factory=list)
 
 
-async def sigkill(worker: Worker, minute: float, back_after_s: float) -> Event:
-    """SIGKILL ``worker``; restart it on its own data directory ``back_after_s`` later."""
+async def sigkill(
+    worker: Worker, minute: float, back_after_s: float, survivors: list[Worker]
+) -> Event:
+    """SIGKILL ``worker``; restart it on its own data directory ``back_after_s`` later.
+    Noted apart: when the survivors were ready again (the group's own handover: the session
+    expiring, the rebalance, the standbys promoted), which the per-partition times include
+    with the queue the survivors then work through."""
     loop = asyncio.get_running_loop()
     event = Event("sigkill", minute, loop.time())
+    killed_at = datetime.now()  # local, as the workers stamp their log lines
     await asyncio.to_thread(worker.kill)
     await asyncio.sleep(back_after_s)
+    ready = soak_state.first_ready_after([w.log for w in survivors if w.log], killed_at)
+    event.notes.append(
+        "survivors ready again "
+        + (f"{(ready - killed_at).total_seconds():.1f} s after it" if ready else "not seen")
+    )
     event.restarted_at = loop.time()
     await asyncio.to_thread(worker.start, 300)
     event.ready_at = loop.time()

@@ -177,6 +177,23 @@ def recoveries(log: Path) -> list[float]:
     return took
 
 
+def first_ready_after(logs: Iterable[Path], after: datetime) -> datetime | None:
+    """The first "Worker ready" any of ``logs`` shows after ``after`` (local time, as the
+    workers stamp their lines): when a group's handover had placed and recovered every
+    partition."""
+    found: list[datetime] = []
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            m = STAMP.match(line)
+            if m is None or "Worker ready" not in line:
+                continue
+            at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            if at > after:
+                found.append(at)
+                break
+    return min(found, default=None)
+
+
 def partition_of(order_id: str, partitions: int) -> int:
     every = list(range(partitions))
     return partition_for(order_id.encode(), every, every)
