@@ -45,7 +45,7 @@ async def sigkill(
     killed_at = datetime.now()  # local, as the workers stamp their log lines
     await asyncio.to_thread(worker.kill)
     await asyncio.sleep(back_after_s)
-    ready = soak_state.first_ready_after([w.log for w in survivors if w.log], killed_at)
+    ready = soak_state.all_ready_after([w.log for w in survivors if w.log], killed_at)
     event.notes.append(
         "survivors ready again "
         + (f"{(ready - killed_at).total_seconds():.1f} s after it" if ready else "not seen")

@@ -177,10 +177,10 @@ def recoveries(log: Path) -> list[float]:
     return took
 
 
-def first_ready_after(logs: Iterable[Path], after: datetime) -> datetime | None:
-    """The first "Worker ready" any of ``logs`` shows after ``after`` (local time, as the
-    workers stamp their lines): when a group's handover had placed and recovered every
-    partition."""
+def all_ready_after(logs: Sequence[Path], after: datetime) -> datetime | None:
+    """When every one of ``logs`` had shown a "Worker ready" after ``after`` (local time,
+    as the workers stamp their lines): the group's handover had placed and recovered every
+    partition. None if one of them shows none."""
     found: list[datetime] = []
     for log in logs:
         for line in log.read_text(errors="replace").splitlines():
@@ -191,7 +191,7 @@ def first_ready_after(logs: Iterable[Path], after: datetime) -> datetime | None:
             if at > after:
                 found.append(at)
                 break
-    return min(found, default=None)
+    return max(found) if len(found) == len(logs) else None
 
 
 def partition_of(order_id: str, partitions: int) -> int:
