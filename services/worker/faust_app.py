@@ -114,6 +114,9 @@ def create_app(
     promote_orphans_past_capacity()
     # A standby's first changelog fetch survives the recovery's last resume of flow.
     faust_seam.keep_standby_changelog_on_resume(app)
+    # aiokafka never drains every partition because Faust's set of active ones is empty.
+    faust_seam.fetch_only_active_partitions()
+    faust_seam.report_dropped_records()
     # A leader that assigned without a topic's metadata asks for it until it has it.
     faust_seam.rejoin_when_topics_appear(app)
     if settings.store == "rocksdb":  # a store that may have missed tombstones is not reopened

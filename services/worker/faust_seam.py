@@ -314,6 +314,106 @@ def _standby_owes(recovery: Any, message: Any) -> bool:
     return applied is None or message.offset > applied
 
 
+def fetch_only_active_partitions() -> None:
+    """Never let aiokafka read Faust's empty set of active partitions as "every partition".
+
+    Faust's consumer hands its live set of active partitions to aiokafka's
+    ``Fetcher.fetched_records`` (faust/transport/drivers/aiokafka.py, ``_fetch_records``),
+    which drains the records of every partition when that set is empty (``if partitions and
+    tp not in partitions``). The set is emptied while the call waits for records, by the
+    recovery's pause of its active changelog partitions when they are read ("Done reading
+    from changelog topics") or a rebalance's pause of the assignment, and aiokafka keeps
+    fetching partitions Faust only marks paused (standbys at their sought offsets among
+    them). So a standby's first records were drained, their position moved past them, and
+    Faust's ``getmany`` handed none on (their partition not active): the standby store
+    missed everything below where it was started (RELIABILITY.md, defect 10). aiokafka is
+    given a view of the same live set that is never falsy: an empty set now drains nothing.
+    On every Faust consumer of the process, once."""
+    thread: Any = faust_aiokafka.AIOKafkaConsumerThread
+    if getattr(thread, "_sagaline_only_active", False):
+        return
+    fetch_records = thread._fetch_records
+
+    async def fetch_active(
+        self: Any, consumer: Any, active_partitions: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        only = None if active_partitions is None else OnlyThese(active_partitions)
+        return await fetch_records(self, consumer, only, *args, **kwargs)
+
+    thread._fetch_records = fetch_active
+    thread._sagaline_only_active = True
+
+
+class OnlyThese:
+    """A live set of partitions as aiokafka reads a filter: membership from the set, and
+    never falsy (an empty filter would mean every partition)."""
+
+    def __init__(self, partitions: Any) -> None:
+        self.partitions = partitions
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self.partitions
+
+
+def report_dropped_records() -> None:
+    """Log the records Faust's consumer takes from aiokafka but does not hand on.
+
+    ``Consumer.getmany`` (faust/transport/consumer.py) drains a batch for the partitions it
+    calls active, which moves aiokafka's position past it, then hands on each record only if
+    its partition is still in that (live, shared) set and the generation has not changed.
+    A record it skips is read again only if something seeks its partition back: a new
+    assignment does; a partition paused, or its buffer declared full, in between does not.
+    Logged so that a fault run shows whether this happens when a standby store misses
+    records (RELIABILITY.md, defect 10): at INFO when a rebalance came between (the next
+    assignment seeks again), else at WARNING. Nothing is changed; on every Faust consumer
+    of the process, once."""
+    if getattr(Consumer, "_sagaline_reports_drops", False):
+        return
+    waiting, counted = _reporting(Consumer._wait_next_records, Consumer.getmany)
+    consumer: Any = Consumer  # its methods replaced on the class: mypy sees them as fixed
+    consumer._wait_next_records, consumer.getmany = waiting, counted
+    consumer._sagaline_reports_drops = True
+
+
+def _reporting(
+    wait: Callable[..., Awaitable[Any]], getmany: Callable[..., Any]
+) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Any]]:
+    """``wait`` and ``getmany`` wrapped: the first keeps what it drained on the consumer,
+    the second counts what it hands on and compares."""
+
+    async def waiting(self: Any, timeout: float) -> Any:
+        records, active = await wait(self, timeout)
+        self._sagaline_drained = (records, self.app.consumer_generation_id)
+        return records, active
+
+    async def counted(self: Any, timeout: float) -> Any:
+        self._sagaline_drained = None
+        handed: dict[Any, int] = {}
+        async for tp, message in getmany(self, timeout):
+            handed[tp] = handed.get(tp, 0) + 1
+            yield tp, message
+        drained, generation = self._sagaline_drained or ({}, None)
+        moved = generation != self.app.consumer_generation_id
+        for tp, records in drained.items():
+            if records and len(records) > handed.get(tp, 0):
+                log.log(
+                    logging.INFO if moved else logging.WARNING,
+                    "the consumer took %d record(s) of %s (offsets %d-%d) from the fetcher "
+                    "and handed on %d%s",
+                    len(records),
+                    tp,
+                    records[0].offset,
+                    records[-1].offset,
+                    handed.get(tp, 0),
+                    " (a rebalance came between)" if moved else "",
+                )
+
+    return waiting, counted
+
+
 def changing_hands(app: faust.App) -> bool:
     """Whether partitions are moving (``app.rebalancing``) or tables recovering
     (``app.in_recovery``): Faust's own flags, set by its rebalance and recovery services."""
