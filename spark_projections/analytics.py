@@ -107,10 +107,21 @@ def _status_in(
 
 
 def daily_stats(saga_rows: DataFrame) -> DataFrame:
-    return saga_rows.groupBy(_day(), "saga_type", "outcome").agg(
-        F.count(F.lit(1)).alias("count"),
-        F.percentile("duration_ms", F.lit(0.5)).alias("p50_ms"),
-        F.percentile("duration_ms", F.lit(0.95)).alias("p95_ms"),
+    return (
+        saga_rows.groupBy(_day(), "saga_type", "outcome")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            # Both in one aggregate: one buffer of the durations, not two.
+            F.percentile("duration_ms", [0.5, 0.95]).alias("_p"),
+        )
+        .select(
+            "day",
+            "saga_type",
+            "outcome",
+            "count",
+            F.get(F.col("_p"), 0).alias("p50_ms"),
+            F.get(F.col("_p"), 1).alias("p95_ms"),
+        )
     )
 
 

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from sqlalchemy import Engine, Table
 
 from readside import retention, schema, store
@@ -189,31 +188,43 @@ def _build(
     """Read, gate and fill every staging table; the live tables are not touched."""
     started_at = datetime.now(UTC)
     progress.enter("read", events_to_read=offsets.records)
-    progress.read(_stage_records(spark, settings, offsets, scratch))
+    first = _stage_records(spark, settings, offsets, scratch)
+    # One small job counts what was read, tells whether any record needs the exact route,
+    # and, when none does, tallies the gated events too.
+    read = pipeline.tally_of(first)
+    progress.read(sum(read.events.values()))
     progress.enter("triage")
-    staged = _stage_gated(spark, scratch)
-    verdicts, counters = pipeline.count(staged)
+    staged = _stage_gated(spark, scratch, first, read.any_untriaged)
+    tally = pipeline.tally(staged) if read.any_untriaged else read
+    verdicts, counters = tally.count()
     progress.enter("stage")
     since = started_at - timedelta(hours=settings.receipt_retention_h)
-    _fill_staging(engine, settings, pipeline.frames(staged, since), progress, scratch)
+    skip = tally.empty()
+    for table in swap.STAGED:  # created empty, and left so
+        if table.name in skip:
+            progress.wrote(table.name, 0)
+    frames = pipeline.frames(staged, since, skip)
+    _fill_staging(engine, settings, frames, progress, scratch)
     _retain(engine, settings, started_at, progress)
     rows = {t.name: progress.rows[t.name] for t in swap.STAGED if t.name in progress.rows}
     return Built(started_at, verdicts, counters, rows)
 
 
-def _stage_records(spark: SparkSession, settings: Settings, offsets: Offsets, scratch: Path) -> int:
-    """Read the topic once and gate it (first pass), to local Parquet; the number read."""
+def _stage_records(
+    spark: SparkSession, settings: Settings, offsets: Offsets, scratch: Path
+) -> DataFrame:
+    """Read the topic once and gate it (first pass), to local Parquet, read back."""
     min_partitions = settings.spark_kafka_min_partitions or None
     records = read_records(spark, settings, offsets, min_partitions)
     first = records.transform(pipeline.first_pass)
     _scratch_parquet(first, scratch / "first")
-    return int(spark.read.parquet(str(scratch / "first")).count())
+    return spark.read.parquet(str(scratch / "first"))
 
 
-def _stage_gated(spark: SparkSession, scratch: Path) -> pipeline.Staged:
+def _stage_gated(
+    spark: SparkSession, scratch: Path, first: DataFrame, any_untriaged: bool
+) -> pipeline.Staged:
     """The second pass, only when some records need the exact route; its result to Parquet."""
-    first = spark.read.parquet(str(scratch / "first"))
-    any_untriaged = first.where(~F.col("fast")).limit(1).count() > 0
     stage = pipeline.second_pass(first, any_untriaged)
     if not any_untriaged:
         return stage

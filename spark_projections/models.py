@@ -74,11 +74,6 @@ def command_receipts(gated: DataFrame, since: datetime) -> DataFrame:
     )
 
 
-def tally(gated: DataFrame) -> DataFrame:
-    """Events per gate verdict and known-ness (a handful of rows, for the summary)."""
-    return gated.groupBy("gate", "known").count()
-
-
 def counters(tally_rows: Mapping[tuple[str, bool], int], rejected: int) -> dict[str, int]:
     """The projector's running totals for the same records; a zero total has no row, as
     the projector never writes a zero increment."""
