@@ -367,9 +367,9 @@ def report_dropped_records() -> None:
     A record it skips is read again only if something seeks its partition back: a new
     assignment does; a partition paused, or its buffer declared full, in between does not.
     Logged so that a fault run shows whether this happens when a standby store misses
-    records (RELIABILITY.md, defect 10): at INFO when a rebalance came between (the next
-    assignment seeks again), else at WARNING. Nothing is changed; on every Faust consumer
-    of the process, once."""
+    records (RELIABILITY.md, defect 10): at INFO when a rebalance came between or a
+    revocation stopped the flow (the next assignment seeks again), else at WARNING. Nothing
+    is changed; on every Faust consumer of the process, once."""
     if getattr(Consumer, "_sagaline_reports_drops", False):
         return
     waiting, counted = _reporting(Consumer._wait_next_records, Consumer.getmany)
@@ -396,7 +396,10 @@ def _reporting(
             handed[tp] = handed.get(tp, 0) + 1
             yield tp, message
         drained, generation = self._sagaline_drained or ({}, None)
-        moved = generation != self.app.consumer_generation_id
+        # A revocation stops the flow (and pauses every partition) before the generation
+        # changes: the assignment that follows seeks them all again. Not app.rebalancing:
+        # that holds through the recovery too, where a drop is what this is here to show.
+        moved = generation != self.app.consumer_generation_id or not self.flow_active
         for tp, records in drained.items():
             if records and len(records) > handed.get(tp, 0):
                 log.log(

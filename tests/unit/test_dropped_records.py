@@ -27,6 +27,7 @@ class FakeConsumer:
         self.drained = drained
         self.hand = hand
         self.app = SimpleNamespace(consumer_generation_id=4)
+        self.flow_active = True
         self.rebalance_midway = False
 
 
@@ -84,3 +85,12 @@ async def test_a_rebalance_in_between_is_said_and_only_informs(
     (record,) = caplog.records
     assert record.levelno == logging.INFO
     assert record.getMessage().endswith("handed on 0 (a rebalance came between)")
+
+
+async def test_a_revocation_under_way_only_informs(caplog: pytest.LogCaptureFixture) -> None:
+    consumer = FakeConsumer({"order-saga-1": [Rec(570), Rec(615)]}, set())
+    consumer.flow_active = False  # a revocation: the generation not yet changed
+    with caplog.at_level(logging.INFO):
+        assert await handed(consumer) == []
+    (record,) = caplog.records
+    assert record.levelno == logging.INFO
