@@ -130,12 +130,12 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
     )
-    # Off again: with it on by default the harness found fresh and running standbys whose
-    # stores skipped a window of their changelog, as if their fetch position had jumped
-    # ahead (RELIABILITY.md, defect 10); not shown to be the sessions, not ruled out.
+    # On: the standby stores that skipped changelog records with it on (RELIABILITY.md,
+    # defect 10) were Faust's consumer dropping a batch aiokafka drained, fixed in the seam;
+    # the sessions only made the window likelier. 30 harness cycles with it on since: clean.
     fetch_sessions: bool = Field(
-        False,
-        description="Fetch in Kafka's incremental fetch sessions (KIP-227): each fetch request lists only the partitions that changed and each response only those with records, instead of every assigned partition both ways (services/worker/fetch_sessions.py): 15-28% less worker CPU a saga and 9-26% less broker CPU at 40 sagas/s, nothing at full load (BENCHMARKS.md, issue 27). Experimental: off until RELIABILITY.md's defect 10 (standby stores that skipped changelog records, seen with it on) is explained",
+        True,
+        description="Fetch in Kafka's incremental fetch sessions (KIP-227): each fetch request lists only the partitions that changed and each response only those with records, instead of every assigned partition both ways (services/worker/fetch_sessions.py): 15-28% less worker CPU a saga and 9-26% less broker CPU at 40 sagas/s, nothing at full load (BENCHMARKS.md, issue 27). false: aiokafka's own full fetches",
     )
     # 0 since the fault harness found a store unlike its changelog after a rebalance with
     # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.

@@ -1,5 +1,5 @@
-"""Incremental fetch sessions (Kafka's KIP-227) for aiokafka's fetcher: opt-in
-(``SAGALINE_FETCH_SESSIONS``), experimental until RELIABILITY.md's defect 10 is explained.
+"""Incremental fetch sessions (Kafka's KIP-227) for aiokafka's fetcher: on unless
+``SAGALINE_FETCH_SESSIONS`` is false.
 
 aiokafka sends every fetch without a session: each request lists every fetchable partition
 of the node with its offset, and each response lists them all back, records or not. A worker
