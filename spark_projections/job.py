@@ -199,11 +199,9 @@ def _build(
     verdicts, counters = tally.count()
     progress.enter("stage")
     since = started_at - timedelta(hours=settings.receipt_retention_h)
-    skip = tally.empty()
-    for table in swap.STAGED:  # created empty, and left so
-        if table.name in skip:
-            progress.wrote(table.name, 0)
-    frames = pipeline.frames(staged, since, skip)
+    for table in pipeline.unreached(tally):  # created empty, and left so
+        progress.wrote(table.name, 0)
+    frames = pipeline.frames(staged, since, tally)
     _fill_staging(engine, settings, frames, progress, scratch)
     _retain(engine, settings, started_at, progress)
     rows = {t.name: progress.rows[t.name] for t in swap.STAGED if t.name in progress.rows}

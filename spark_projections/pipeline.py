@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache, partial
+from functools import cache
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -16,6 +17,7 @@ from sqlalchemy import Table
 
 from readside import schema
 from sagas.catalog import READ_MODELS, SAGA_TYPES
+from sagas.projections.declare import ReadModel
 from spark_projections import analytics, gate, models, parse, tables, twins
 
 
@@ -55,31 +57,6 @@ def staged(records: DataFrame) -> Staged:
     return second_pass(first_pass(records), any_untriaged=True)
 
 
-def frames(
-    stage: Staged, receipts_since: datetime, skip: frozenset[str] = frozenset()
-) -> dict[Table, DataFrame]:
-    """Every staged table and the transform that fills it: one per declared read model
-    (:data:`sagas.catalog.READ_MODELS`), then the kernel's and the rebuild's own. Tables
-    named in ``skip`` (:meth:`Tally.empty`) are left out: no row could reach them."""
-    gated = stage.gated
-
-    @cache
-    def saga_rows() -> DataFrame:
-        return analytics.sagas(gated).cache()  # one row per saga, read twice
-
-    transforms: dict[Table, Callable[[], DataFrame]] = {
-        **{schema.table_of(m): partial(twins.rows, gated, m) for m in READ_MODELS},
-        schema.saga_timeline: partial(models.saga_timeline, gated),
-        schema.entity_positions: partial(models.entity_positions, gated),
-        schema.pending_events: partial(models.pending_events, gated),
-        schema.command_receipts: partial(models.command_receipts, gated, receipts_since),
-        tables.rebuild_rejects: lambda: stage.rejects,
-        tables.saga_daily_stats: lambda: analytics.daily_stats(saga_rows()),
-        tables.saga_daily_reasons: lambda: analytics.daily_reasons(saga_rows()),
-    }
-    return {table: build() for table, build in transforms.items() if table.name not in skip}
-
-
 TallyKey = tuple[str, bool, str | None]
 """(gate verdict, known type, entity type: the key's prefix, null for an untriaged record)"""
 
@@ -95,6 +72,19 @@ class Tally:
     @property
     def any_untriaged(self) -> bool:
         return any(verdict == gate.UNTRIAGED for verdict, _, _ in self.events)
+
+    @property
+    def any_applied(self) -> bool:
+        return any(verdict == gate.APPLIED for verdict, _, _ in self.events)
+
+    @property
+    def any_held(self) -> bool:
+        return any(verdict == gate.HELD for verdict, _, _ in self.events)
+
+    @property
+    def applied_kinds(self) -> frozenset[str | None]:
+        """The entity types of the applied events of a known type."""
+        return frozenset(kind for (v, known, kind) in self.events if v == gate.APPLIED and known)
 
     def count(self) -> tuple[dict[str, int], dict[str, int]]:
         """Records per verdict (for the summary) and the projector's counters."""
@@ -113,24 +103,92 @@ class Tally:
         per_verdict["unknown_type"] = counters.get("unknown_type", 0)
         return per_verdict, counters
 
-    def empty(self) -> frozenset[str]:
-        """The staged tables no row can reach: each of them is filtered on a verdict, an
-        entity type or known types that no gated event has. Their Spark jobs (planning,
-        code generation, a scan of every event) would only confirm it."""
-        applied = {(known, kind) for (v, known, kind) in self.events if v == gate.APPLIED}
-        known_kinds = {kind for known, kind in applied if known}
-        sagas = {s.entity_type for s in SAGA_TYPES}
-        reached = {
-            **{schema.table_of(m).name: m.entity_type in known_kinds for m in READ_MODELS},
-            schema.saga_timeline.name: bool(known_kinds),
-            schema.entity_positions.name: bool(applied),
-            schema.pending_events.name: any(v == gate.HELD for v, _, _ in self.events),
-            schema.command_receipts.name: bool(applied),
-            tables.rebuild_rejects.name: self.rejects > 0,
-            tables.saga_daily_stats.name: bool(known_kinds & sagas),
-            tables.saga_daily_reasons.name: bool(known_kinds & sagas),
-        }
-        return frozenset(name for name, some in reached.items() if not some)
+
+@dataclass(frozen=True)
+class Source:
+    """What the staged tables are built from."""
+
+    stage: Staged
+    receipts_since: datetime
+    saga_rows: Callable[[], DataFrame]
+    """One row per saga, built on first use and cached: two tables read it."""
+
+
+@dataclass(frozen=True)
+class StagedTable:
+    """A staged table, the transform that fills it, and whether a :class:`Tally` lets any
+    row reach it: each transform keeps only events of some verdict, entity type or known
+    type, so a tally without them proves the table empty."""
+
+    table: Table
+    build: Callable[[Source], DataFrame]
+    reached: Callable[[Tally], bool]
+
+
+def _model(model: ReadModel[Any]) -> StagedTable:
+    return StagedTable(
+        schema.table_of(model),
+        lambda s: twins.rows(s.stage.gated, model),
+        lambda t: model.entity_type in t.applied_kinds,
+    )
+
+
+_SAGA_KINDS = frozenset(s.entity_type for s in SAGA_TYPES)
+
+STAGED_TABLES: tuple[StagedTable, ...] = (
+    *(_model(m) for m in READ_MODELS),
+    StagedTable(
+        schema.saga_timeline,
+        lambda s: models.saga_timeline(s.stage.gated),
+        lambda t: bool(t.applied_kinds),
+    ),
+    StagedTable(
+        schema.entity_positions,
+        lambda s: models.entity_positions(s.stage.gated),
+        lambda t: t.any_applied,
+    ),
+    StagedTable(
+        schema.pending_events, lambda s: models.pending_events(s.stage.gated), lambda t: t.any_held
+    ),
+    StagedTable(
+        schema.command_receipts,
+        lambda s: models.command_receipts(s.stage.gated, s.receipts_since),
+        lambda t: t.any_applied,
+    ),
+    StagedTable(tables.rebuild_rejects, lambda s: s.stage.rejects, lambda t: t.rejects > 0),
+    StagedTable(
+        tables.saga_daily_stats,
+        lambda s: analytics.daily_stats(s.saga_rows()),
+        lambda t: bool(t.applied_kinds & _SAGA_KINDS),
+    ),
+    StagedTable(
+        tables.saga_daily_reasons,
+        lambda s: analytics.daily_reasons(s.saga_rows()),
+        lambda t: bool(t.applied_kinds & _SAGA_KINDS),
+    ),
+)
+"""Every staged table: one per declared read model (:data:`sagas.catalog.READ_MODELS`),
+then the kernel's and the rebuild's own."""
+
+
+def frames(
+    stage: Staged, receipts_since: datetime, tally: Tally | None = None
+) -> dict[Table, DataFrame]:
+    """Every staged table's DataFrame; with a ``tally``, only those it lets a row reach
+    (:func:`unreached`): the others' Spark jobs (planning, code generation, a scan of every
+    event) would only confirm they are empty."""
+    saga_rows = cache(lambda: analytics.sagas(stage.gated).cache())
+    source = Source(stage, receipts_since, saga_rows)
+    return {
+        t.table: t.build(source)
+        for t in STAGED_TABLES
+        if tally is None or t.reached(tally)
+    }
+
+
+def unreached(tally: Tally) -> frozenset[Table]:
+    """The staged tables no row can reach, by the tally."""
+    return frozenset(t.table for t in STAGED_TABLES if not t.reached(tally))
 
 
 def tally_of(events: DataFrame, rejects: int = 0) -> Tally:

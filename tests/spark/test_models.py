@@ -240,24 +240,25 @@ def test_the_swap_locks_every_declared_model_in_the_projectors_order() -> None:
     assert {t.name for t in swap.STAGED} <= set(order)
 
 
-def test_tables_the_tally_calls_empty_are_empty(stage: pipeline.Staged) -> None:
+def test_tables_the_tally_calls_unreached_are_empty(stage: pipeline.Staged) -> None:
     # Sound, never a guess: every table the job would skip holds no row in this history.
     tally = pipeline.tally(stage)
     assert tally.count() == pipeline.count(stage)
     frames = pipeline.frames(stage, T_LOG)
-    for table, frame in frames.items():
-        if table.name in tally.empty():
-            assert frame.count() == 0, table.name
-    assert set(pipeline.frames(stage, T_LOG, tally.empty())) == {
-        t for t in frames if t.name not in tally.empty()
-    }
+    assert {t.table for t in pipeline.STAGED_TABLES} == set(frames) == set(swap.STAGED)
+    unreached = pipeline.unreached(tally)
+    for table in unreached:
+        assert frames[table].count() == 0, table.name
+    assert set(pipeline.frames(stage, T_LOG, tally)) == set(frames) - unreached
 
 
 def test_the_tally_skips_what_no_gated_event_reaches() -> None:
-    orders_only = pipeline.Tally({(gate.APPLIED, True, "order"): 9}, rejects=0)
-    skipped = orders_only.empty()
-    assert "orders" not in skipped and "saga_daily_stats" not in skipped
-    assert {"product_stock", "enrollments", "pending_events", "rebuild_rejects"} <= skipped
-    held = pipeline.Tally({(gate.HELD, True, "order"): 1}, rejects=1)
-    assert "pending_events" not in held.empty() and "rebuild_rejects" not in held.empty()
-    assert "entity_positions" in held.empty() and "orders" in held.empty()
+    def skipped(tally: pipeline.Tally) -> set[str]:
+        return {t.name for t in pipeline.unreached(tally)}
+
+    orders_only = skipped(pipeline.Tally({(gate.APPLIED, True, "order"): 9}, rejects=0))
+    assert "orders" not in orders_only and "saga_daily_stats" not in orders_only
+    assert {"product_stock", "enrollments", "pending_events", "rebuild_rejects"} <= orders_only
+    held = skipped(pipeline.Tally({(gate.HELD, True, "order"): 1}, rejects=1))
+    assert "pending_events" not in held and "rebuild_rejects" not in held
+    assert "entity_positions" in held and "orders" in held
