@@ -130,10 +130,6 @@ class Settings(BaseSettings):
         ge=0,
         description="How long an agent batch waits for more records after its first one (0: it takes what is queued)",
     )
-    worker_uvloop: bool = Field(
-        True,
-        description="Run the worker's event loops (its own and Faust's consumer thread's) on uvloop instead of asyncio's: less CPU for every wake-up, fetch and acknowledgement, which below full load is most of a saga's (BENCHMARKS.md, issue 27). false: asyncio's loop",
-    )
     # On: the standby stores that skipped changelog records with it on (RELIABILITY.md,
     # defect 10) were Faust's consumer dropping a batch aiokafka drained, fixed in the seam;
     # the sessions only made the window likelier. 30 harness cycles with it on since: clean.

@@ -90,7 +90,6 @@ def worker() -> None:
     from runtime.logformat import dict_config
     from runtime.topics import TopicMismatch, check_topics
     from sagaline.wiring import build_processes
-    from services.worker import event_loop
     from services.worker.bounded import BoundedWorker
     from services.worker.faust_app import create_app
     from services.worker.stale_stores import judge_at_start
@@ -103,7 +102,6 @@ def worker() -> None:
         currency = asyncio.run(judge_at_start(settings)) if settings.store == "rocksdb" else None
     except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
-    event_loop.use(settings.worker_uvloop)  # before Faust makes its loops
     app, _ = create_app(settings, build_processes(settings), currency=currency)
     gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]

@@ -293,17 +293,15 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     width=6,
                 ),
                 _panel(
-                    "Process settings in effect",
+                    "Collector settings in effect",
                     [
                         ("max by (job) (sagaline_gc_threshold)", "{{job}} threshold"),
                         ("max by (job) (sagaline_gc_frozen_objects)", "{{job}} frozen objects"),
-                        ("max by (job, loop) (sagaline_worker_event_loop)", "{{job}} on {{loop}}"),
                     ],
                     kind="stat",
                     width=6,
-                    description="SAGALINE_GC_THRESHOLD, the objects SAGALINE_GC_FREEZE left "
-                    "out of every collection, and the worker's event loop "
-                    "(SAGALINE_WORKER_UVLOOP).",
+                    description="SAGALINE_GC_THRESHOLD, and the objects SAGALINE_GC_FREEZE "
+                    "left out of every collection.",
                 ),
             ],
         ),

@@ -10,7 +10,6 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.settings import Settings
-from services.worker import event_loop
 from services.worker.faust_seam import changing_hands
 from services.worker.memory import open_rocksdbs
 from services.worker.metrics import Metrics
@@ -32,7 +31,6 @@ def register_metrics(
             await _measure_lag(app, metrics, runners)
         except Exception as exc:  # a scrape during a rebalance: serve the rest
             log.debug("lag not measured: %s", exc)
-        metrics.prom.event_loop.labels(event_loop.running()).set(1)
         if settings.worker_memory_metrics:
             tables = [runner.faust_table for runner in runners]  # type: ignore[attr-defined]
             metrics.prom.measure_memory(open_rocksdbs(tables))

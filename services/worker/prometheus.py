@@ -47,12 +47,6 @@ class WorkerPrometheus:
             ["process"],
             registry=r,
         )
-        self.event_loop = Gauge(
-            "sagaline_worker_event_loop",
-            "1 for the kind of event loop the worker runs on (uvloop or asyncio)",
-            ["loop"],
-            registry=r,
-        )
         self.sagas_started = Counter(
             "sagaline_sagas_started", "Sagas started, by saga type", ["saga_type"], registry=r
         )

@@ -130,7 +130,6 @@ async def _check(stack: Stack, settings: Settings) -> None:
         ),
     )
     assert value(worker, "sagaline_sagas_started_total", saga_type="order") == 3
-    assert value(worker, "sagaline_worker_event_loop", loop="uvloop") == 1  # the default
     # The opt-in memory gauges, read from the RocksDB databases Faust has open: one per
     # table and partition, and the order tables' writes sit in their memtables.
     tables = len(build_processes(settings))  # one table per process
