@@ -139,12 +139,16 @@ def guard_produce_requests(app: faust.App, guard: Callable[[], None]) -> None:
 # --- the consumer ---------------------------------------------------------------------------
 
 
-async def seek_and_wait(app: faust.App, tp: TP, offset: int) -> None:
-    """``Consumer.seek_wait`` (undocumented): runs aiokafka's seek on the consumer's own
-    thread and waits for the position. Faust's ``seek`` calls it from this thread while
-    aiokafka's loop runs in the consumer thread, mid-fetch most of the time; once in a CI run
-    a seek back over a gap never took (RELIABILITY.md)."""
-    await app.consumer.seek_wait({tp: offset})
+async def seek_and_wait(app: faust.App, offsets: Mapping[TP, int]) -> None:
+    """``Consumer.seek_wait`` (undocumented): runs aiokafka's seeks on the consumer's own
+    thread and waits for the positions. Faust's ``seek`` calls aiokafka from this thread
+    while aiokafka's loop runs in the consumer thread, mid-fetch most of the time: once in a
+    CI run a seek back over a gap never took, and in soak run 9 a seek deleted a partition's
+    fetched records between the fetcher listing them and reading them (``KeyError`` in
+    ``Fetcher.fetched_records``: the worker's fetcher crashed and the worker stopped).
+    RELIABILITY.md, defect 11. Every seek of the worker's Faust consumer goes through here."""
+    if offsets:
+        await app.consumer.seek_wait(offsets)
 
 
 def after_seek_to_committed(app: faust.App, then: Callable[[], Awaitable[None]]) -> None:

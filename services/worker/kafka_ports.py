@@ -42,7 +42,7 @@ class KafkaPorts:
         return await send_record(self.app, topic_name, key, value, partition)
 
     async def seek(self, topic_name: str, partition: int, offset: int) -> None:
-        await seek_and_wait(self.app, TP(topic_name, partition), offset)
+        await seek_and_wait(self.app, {TP(topic_name, partition): offset})
 
 
 class OffsetProbe:

@@ -11,7 +11,7 @@ import faust
 from faust.types import TP
 
 from services.worker.agents import Batched
-from services.worker.faust_seam import after_seek_to_committed
+from services.worker.faust_seam import after_seek_to_committed, seek_and_wait
 from services.worker.runner import ProcessRunner
 
 log = logging.getLogger(__name__)
@@ -37,19 +37,22 @@ def resume_from_stored_positions(
                 # Tables were just recovered: what another worker wrote meanwhile is in them.
                 runner.states.clear()
         by_topic = {topic: runner for runner in runners for topic in runner.input_topics}
+        offsets: dict[TP, int] = {}
         for tp in consumer.assignment():
             owner = by_topic.get(tp.topic)
             if owner is None:
                 continue
             stored = owner.table.load_position(*tp)
             if stored is not None:
-                await consumer.seek(tp, stored)
+                offsets[tp] = stored
                 log.info("%s[%d]: resuming at the stored position %d", *tp, stored)
             elif without_position == "earliest":
                 # Offset 0 is out of range once retention has deleted it: the consumer's
                 # auto_offset_reset (earliest) then moves to the first record there is.
-                await consumer.seek(tp, 0)
+                offsets[tp] = 0
                 log.info("%s[%d]: no stored position; starting at the earliest record", *tp)
+        # On the consumer's thread, all at once (faust_seam.seek_and_wait says why).
+        await seek_and_wait(app, offsets)
 
     after_seek_to_committed(app, seek_to_stored)
 
