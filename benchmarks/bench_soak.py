@@ -134,7 +134,10 @@ class Soak:
         async with httpx.AsyncClient(timeout=10) as http:
             while True:
                 row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1), "phase": self.phase}
-                row.update(smaps_rollup(self.pid))
+                try:
+                    row.update(smaps_rollup(self.pid))
+                except FileNotFoundError:  # the worker is gone: said at the end of the run
+                    row["scrape_error"] = "worker gone"
                 try:
                     row.update(worker_gauges((await http.get(self.metrics_url)).text))
                 except httpx.HTTPError as exc:
@@ -491,6 +494,13 @@ async def main(args: argparse.Namespace) -> None:
             f"orders    {sent} sent, {len(soak.done)} ended ({not_confirmed} not CONFIRMED),"
             f" {len(soak.sent_at)} without an outcome 120 s after the last send"
         )
+        for n, w in enumerate(workers):
+            code = w.proc.poll() if w.proc is not None else None
+            if code is not None:  # every planned fault ends with its worker started again
+                print(
+                    f"WORKER    worker {n} exited on its own (code {code}): see its log;"
+                    " the run's figures after that are a smaller group's"
+                )
         violations = await print_history_checks(settings)
         dbs = int(median(soak.samples[-3:], "rocksdb_dbs"))
         budget = settings.rocksdb_memory_mb
