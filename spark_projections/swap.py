@@ -31,17 +31,17 @@ from sqlalchemy.exc import DBAPIError
 
 from readside import schema, store
 from readside.engine import create_read_engine
-from spark_projections import catchup, staging, tables
+from spark_projections import catchup, pipeline, staging, tables
 from spark_projections.read import Offsets
 
 log = logging.getLogger(__name__)
 
-MODELS = schema.READ_MODEL_TABLES
-"""Rebuilt from staging and swapped in whole."""
-REPLACED = (*MODELS, *tables.REBUILD_TABLES)
+STAGED = tuple(t.table for t in pipeline.STAGED_TABLES)
+"""Every table the rebuild stages (:data:`spark_projections.pipeline.STAGED_TABLES`)."""
 MERGED = (schema.command_receipts,)
 """Staged, then merged into the live table (it also holds receipts past the rebuild)."""
-STAGED = (*REPLACED, *MERGED)
+REPLACED = tuple(t for t in STAGED if t not in MERGED)
+"""Rebuilt from staging and swapped in whole."""
 LOCK_ORDER = (
     schema.entity_positions,
     schema.pending_events,
