@@ -17,7 +17,7 @@ from faults.history import History
 from faults.inject import PROCESS_FAULTS, Deck, Fault, Incident, Injector, pick_worker
 from faults.load import EnrollmentLoad, LoadDriver
 from faults.poison import POISON_CHANNELS, POISON_KINDS
-from faults.procs import Broker
+from faults.procs import Broker, crashes
 from faults.stack import Stack, create_database, cycle_api_key, cycle_settings, drop_database
 from faults.topics import committed_offsets, end_offsets, position_lag, read_topic
 from faults.traffic import TrafficLoad, started_bus, traffic_loads
@@ -172,6 +172,8 @@ class Cycle:
             for worker, m in injector.store_mismatches
         ]
         violations += [v for load in loads for v in load.violations(observed.history)]
+        logs = [log for s in stack.services for log in sorted(s.log_dir.glob(f"{s.name}-*.log"))]
+        violations += [Violation("service-crashed", log, line) for log, line in crashes(logs)]
         accepted = driver.accepted
         return CycleResult(
             number=self.number,

@@ -202,3 +202,20 @@ class Broker:
         deadline = time.monotonic() + 30
         while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+CRASH_MARK = "]: Crashed reason="
+"""How mode logs a service of a Faust worker that raised and stopped the worker: never by
+design (a designed exit logs its reason and exits 75 or 1), so always a finding."""
+
+
+def crashes(logs: list[Path]) -> list[tuple[str, str]]:
+    """(log file, line) of every crashed service in ``logs``."""
+    found = []
+    for log in logs:
+        try:
+            with open(log, errors="replace") as f:
+                found += [(log.name, line.strip()[:300]) for line in f if CRASH_MARK in line]
+        except FileNotFoundError:
+            continue
+    return found

@@ -114,6 +114,8 @@ def create_app(
     promote_orphans_past_capacity()
     # A standby's first changelog fetch survives the recovery's last resume of flow.
     faust_seam.keep_standby_changelog_on_resume(app)
+    # A standby added while a recovery finishes is sought from its start, not crashed on.
+    faust_seam.seek_unread_changelogs_from_the_start()
     # aiokafka never drains every partition because Faust's set of active ones is empty.
     faust_seam.fetch_only_active_partitions()
     faust_seam.report_dropped_records()

@@ -71,6 +71,7 @@ from faust.stores.memory import Store as MemoryStore  # noqa: E402
 from faust.stores.rocksdb import RocksDBOptions  # noqa: E402
 from faust.stores.rocksdb import Store as RocksDBStore  # noqa: E402
 from faust.streams import _current_event  # noqa: E402
+from faust.tables.recovery import Recovery  # noqa: E402
 from faust.transport.consumer import Consumer  # noqa: E402
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
 from faust.types import TP, AppT, CollectionT  # noqa: E402
@@ -236,6 +237,32 @@ def group_member(app: faust.App) -> bool:
     consumer = getattr(app.consumer._thread, "_consumer", None)  # type: ignore[attr-defined]
     coordinator = getattr(consumer, "_coordinator", None)
     return coordinator is not None and coordinator.member_id != UNKNOWN_MEMBER_ID
+
+
+def seek_unread_changelogs_from_the_start() -> None:
+    """A changelog partition whose offset Faust's recovery never built is sought to the start.
+
+    ``Recovery._seek_offsets`` (faust/tables/recovery.py) seeks each partition of its live
+    set to the offset it built at the start of reading, ``-1`` (no persisted offset) mapped to
+    0. A rebalance landing while a recovery finishes adds standby partitions to that live set
+    with ``None`` (``Recovery._add``, no persisted offset), and aiokafka refuses to seek to
+    ``None``: the Recovery service crashed and the worker stopped (three harness runs,
+    RELIABILITY.md "Defect 12"). ``None`` is what ``_build_offsets`` turns into ``-1``
+    for the same partition, so it is sought as ``-1`` is: to 0, the earliest record (the
+    recovery that follows builds its offsets properly). On the class, once."""
+    recovery: Any = Recovery
+    if getattr(recovery, "_sagaline_seeks_unbuilt", False):
+        return
+    seek_offsets = recovery._seek_offsets
+
+    async def _seek_offsets(self: Any, consumer: Any, tps: Any, offsets: Any, title: str) -> None:
+        for tp in tps:
+            if offsets.get(tp) is None:
+                offsets[tp] = -1
+        await seek_offsets(self, consumer, tps, offsets, title)
+
+    recovery._seek_offsets = _seek_offsets
+    recovery._sagaline_seeks_unbuilt = True
 
 
 def keep_standby_changelog_on_resume(app: faust.App) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from faults.checks import Observed, ReadModels, Violation, check_all
 from faults.history import History
 from faults.load import Attempt, EnrollAttempt
 from faults.poison import POISON_CHANNELS, POISON_KINDS, PoisonRecord, build
+from faults.procs import crashes
 from faults.topics import Raw
 from sagas.contracts import ledger as lc
 from sagas.domains import enrollment as enrollment_domain
@@ -281,3 +283,16 @@ def test_credits_over_the_maximum_and_held_at_rest_are_reported() -> None:
     observed = _enrolling(events)
     observed.read_models.tables = {}
     assert _kinds(check_all(observed)) == {"credits-overdrawn", "credits-held-at-rest"}
+
+
+def test_a_crashed_service_in_a_log_is_found(tmp_path: Path) -> None:
+    crashed, clean = tmp_path / "worker3-1.log", tmp_path / "worker1-1.log"
+    crashed.write_text(
+        "[2026-11-28 15:30:52,635] [29462] [INFO] [^---Recovery]: Starting standby partitions...\n"
+        "[2026-11-28 15:30:52,637] [29462] [ERROR] [^---Recovery]: Crashed"
+        " reason=ValueError('Offset must be a positive integer')\n"
+    )
+    clean.write_text("[2026-11-28 15:30:52,644] [29462] [CRITICAL] exiting: frozen\n")
+    found = crashes([clean, crashed, tmp_path / "never-written.log"])
+    assert [log for log, _ in found] == ["worker3-1.log"]
+    assert "Offset must be a positive integer" in found[0][1]
