@@ -179,11 +179,7 @@ def frames(
     event) would only confirm they are empty."""
     saga_rows = cache(lambda: analytics.sagas(stage.gated).cache())
     source = Source(stage, receipts_since, saga_rows)
-    return {
-        t.table: t.build(source)
-        for t in STAGED_TABLES
-        if tally is None or t.reached(tally)
-    }
+    return {t.table: t.build(source) for t in STAGED_TABLES if tally is None or t.reached(tally)}
 
 
 def unreached(tally: Tally) -> frozenset[Table]:
