@@ -197,8 +197,3 @@ def tally_of(events: DataFrame, rejects: int = 0) -> Tally:
 
 def tally(stage: Staged) -> Tally:
     return tally_of(stage.gated, int(stage.rejects.count()))
-
-
-def count(stage: Staged) -> tuple[dict[str, int], dict[str, int]]:
-    """Records per verdict (for the summary) and the projector's counters."""
-    return tally(stage).count()
