@@ -35,6 +35,7 @@ from benchmarks.bench_sagas import envelope, run_orders
 from benchmarks.common import (
     StallWatch,
     c_extensions,
+    cpu_seconds,
     git_rev,
     machine,
     run_settings,
@@ -128,12 +129,6 @@ def timeline(
             f"store {store}"
         )
     return rows
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (its threads included), from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def broker_pids(kafka_home: Path) -> list[int]:

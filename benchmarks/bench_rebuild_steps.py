@@ -34,7 +34,7 @@ from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from benchmarks.common import git_rev, machine
+from benchmarks.common import cpu_seconds, git_rev, machine
 from runtime.settings import Settings
 from runtime.topics import EVENTS
 from spark_projections import limits, parse, pipeline
@@ -80,9 +80,7 @@ def timed(name: str, run: Callable[[], None]) -> None:
 
 def jvm_cpu_s() -> float:
     """User and system CPU seconds of the JVM pyspark started for this process."""
-    pid = SparkContext._gateway.proc.pid  # type: ignore[union-attr]
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(SparkContext._gateway.proc.pid)  # type: ignore[union-attr]
 
 
 def run_step(step: Callable[[], DataFrame]) -> None:

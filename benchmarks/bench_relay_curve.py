@@ -15,28 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
-import sys
 import time
 import uuid
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from benchmarks.common import git_rev, machine
+from benchmarks.bench_sagas import HOPS, start_relay
+from benchmarks.common import cpu_seconds, git_rev, machine
 from runtime.kafka_security import aiokafka_options
 from runtime.settings import get_settings
-
-HOPS = 9
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (and its threads) so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 async def step(
@@ -54,7 +41,7 @@ async def step(
         finished.set()
 
     counter = asyncio.create_task(count())
-    cpu0, t0 = cpu_s(pid), time.monotonic()
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
     for i in range(n):
         if rate:
             await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
@@ -62,7 +49,7 @@ async def step(
     await producer.flush()
     await asyncio.wait_for(finished.wait(), timeout=120)
     took = time.monotonic() - t0
-    cpu = cpu_s(pid) - cpu0
+    cpu = cpu_seconds(pid) - cpu0
     await counter
     return n / took, 1000 * cpu / n, 100 * cpu / took
 
@@ -71,14 +58,7 @@ async def main(args: argparse.Namespace) -> None:
     settings = get_settings()
     run = uuid.uuid4().hex[:6]
     topic, done_topic = f"relaycurve{run}", f"relaycurve{run}-done"
-    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
-    await admin.start()
-    await admin.create_topics([NewTopic(t, settings.partitions, 1) for t in (topic, done_topic)])
-    await admin.close()
-    relay = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.relay", "--bootstrap", settings.kafka_bootstrap,
-         "--topic", topic, "--done", done_topic, "--hops", str(HOPS)]
-    )  # fmt: skip
+    relay = await start_relay(settings, topic, done_topic)
     done = AIOKafkaConsumer(done_topic, **aiokafka_options(settings), auto_offset_reset="latest")
     producer = AIOKafkaProducer(**aiokafka_options(settings), acks="all", linger_ms=1)
     await done.start()

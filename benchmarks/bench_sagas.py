@@ -51,6 +51,7 @@ from benchmarks.common import (
     RssSampler,
     StallWatch,
     c_extensions,
+    cpu_seconds,
     driver_collector_paused,
     git_rev,
     machine,
@@ -115,14 +116,13 @@ def order(i: int, products: int) -> tuple[str, Envelope]:
     return order_id, env
 
 
-async def baseline(settings: Settings, n: int) -> float:
-    """Messages/s through a plain aiokafka relay chain of HOPS hops."""
-    topic, done = settings.topic("relay"), settings.topic("relay-done")
+async def start_relay(settings: Settings, topic: str, done: str) -> subprocess.Popen[bytes]:
+    """:mod:`benchmarks.relay` over ``topic`` (created here) into ``done``, HOPS hops."""
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     await admin.create_topics([NewTopic(t, settings.partitions, 1) for t in (topic, done)])
     await admin.close()
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -137,6 +137,12 @@ async def baseline(settings: Settings, n: int) -> float:
             str(HOPS),
         ]
     )
+
+
+async def baseline(settings: Settings, n: int) -> float:
+    """Messages/s through a plain aiokafka relay chain of HOPS hops."""
+    topic, done = settings.topic("relay"), settings.topic("relay-done")
+    proc = await start_relay(settings, topic, done)
     consumer = AIOKafkaConsumer(done, **aiokafka_options(settings), auto_offset_reset="earliest")
     producer = AIOKafkaProducer(**aiokafka_options(settings), acks="all", linger_ms=1)
     await consumer.start()
@@ -381,12 +387,6 @@ class Figures:
     cpu_ms: float
     """The worker's CPU time per saga at full load (user + system, its threads included):
     what tracing adds to its work, less moved by what else runs on the box than a rate."""
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (its threads included), from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def jaeger_pid() -> int | None:

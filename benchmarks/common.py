@@ -89,6 +89,12 @@ def summary_ms(values: list[float]) -> str:
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (its threads included), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
