@@ -39,6 +39,8 @@ class Batched(Protocol):
 
     async def handle_batch(self, batch: Sequence[Incoming]) -> None: ...
 
+    async def reseek_overdue(self) -> None: ...
+
 
 def register_agent(
     app: faust.App, settings: Settings, topic: Any, name: str, consumer: Batched

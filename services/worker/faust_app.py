@@ -45,7 +45,7 @@ from services.worker.membership import TICK_S, Membership
 from services.worker.metrics import Metrics
 from services.worker.metrics_pages import register_metrics
 from services.worker.orphan_promotion import promote_orphans_past_capacity
-from services.worker.resume import resume_from_stored_positions
+from services.worker.resume import reseek_overdue_gaps, resume_from_stored_positions
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import ProcessRunner
 from services.worker.stale_stores import MAX_AGE, Currency, judge_stores_on_assignment
@@ -137,6 +137,7 @@ def create_app(
     if settings.cdc_enabled:
         consumers.append(_register_ingest(app, settings, budget, metrics, membership, tracer))
     resume_from_stored_positions(app, consumers, settings.start_without_position)
+    reseek_overdue_gaps(app, consumers)
     register_deadline_timer(app, settings, runners)
     register_metrics(app, settings, metrics, runners)
     return app, runners

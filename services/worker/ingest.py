@@ -36,7 +36,7 @@ from sagas.messages import Envelope
 from sagas.untrusted import ContractError
 from services.worker.deadletter import DEFAULT_INLINE_MAX_BYTES, DeadLetter
 from services.worker.metrics import Metrics
-from services.worker.positions import InputPositions
+from services.worker.positions import InputPositions, Rewind
 from services.worker.runner import (
     FirstOffset,
     Incoming,
@@ -101,11 +101,18 @@ class DebeziumIngest:
         await self.table.write([], positions_to_store(plan, batch))
         count_skipped(self.metrics, self.name, plan)
         self.positions.commit(plan)
-        await rewind(plan, self.name, self.positions, self.seek, self.first_offset, self.metrics)
+        await self._rewind(plan.rewinds)
         self.metrics.inc(self.name, "batches")
         self.metrics.inc(self.name, "records", len(batch))
         self.metrics.inc(self.name, "sent", len(outbound))
         self.metrics.inc(self.name, "dead_lettered", len(dead))
+
+    async def reseek_overdue(self) -> None:
+        """Ask again for the seeks back whose expected offset has not come (positions.py)."""
+        await self._rewind(self.positions.overdue(self.monotonic()))
+
+    async def _rewind(self, rewinds: Sequence[Rewind]) -> None:
+        await rewind(rewinds, self.name, self.positions, self.seek, self.first_offset, self.metrics)
 
     async def _send_command(self, envelope: Envelope, headers: Headers | None) -> Any:
         key, value = envelope.key.encode(), envelope.encode()

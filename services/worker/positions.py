@@ -15,8 +15,12 @@ delivers:
 - below it: already processed (a replay after a crash or a seek), skip it;
 - above it: a gap. Do not process it, nor anything else past the gap: ask for a seek back to
   the expected offset, and skip what the consumer had already fetched (which may arrive in
-  several runs, some even repeated). Should records past the gap still arrive
-  :data:`RESEEK_AFTER_S` after the request, the seek is asked for again.
+  several runs, some even repeated). Should the expected offset not have come
+  :data:`RESEEK_AFTER_S` after the request, the seek is asked for again: when records past
+  the gap arrive (:meth:`InputPositions.plan`), and when none do (:meth:`InputPositions.overdue`,
+  on a timer). A seek can be lost with nothing after it: Faust's delivery loop goes on
+  with the records it fetched before the seek and raises its read offset over them, then
+  drops the records the seek fetches again as already read (RELIABILITY.md, defect 13).
 
 Whether the missing offsets exist at all (retention may have deleted them; transaction
 markers leave holes) is not guessed from what arrives: the runner asks the broker before
@@ -64,8 +68,8 @@ class Positioned(Protocol):
 
 
 RESEEK_AFTER_S = 5.0
-"""Records past a gap still arriving this long after a seek back: the seek was lost (a
-rebalance's own seek, say); ask for it again."""
+"""The expected offset not come this long after a seek back: the seek was lost (a rebalance's
+own seek, say, or Faust's delivery loop); ask for it again."""
 
 
 @dataclass
@@ -128,6 +132,18 @@ class InputPositions:
 
     def commit(self, plan: Plan) -> None:
         self._partitions.update(plan._after)
+
+    def overdue(self, now: float) -> list[Rewind]:
+        """The seeks back asked for :data:`RESEEK_AFTER_S` or more before ``now`` whose
+        expected offset has not come since, asked for again (and timed from ``now``)."""
+        due = []
+        for (topic, partition), part in self._partitions.items():
+            if part.expected is None or part.rewound_at is None:
+                continue
+            if now - part.rewound_at >= RESEEK_AFTER_S:
+                part.rewound_at = now
+                due.append(Rewind(topic, partition, part.expected))
+        return due
 
     def skip_missing(self, topic: str, partition: int, missing_from: int, exists_from: int) -> bool:
         """The broker says offsets ``missing_from .. exists_from - 1`` do not exist: expect

@@ -11,7 +11,8 @@ import faust
 from faust.types import TP
 
 from services.worker.agents import Batched
-from services.worker.faust_seam import after_seek_to_committed, seek_and_wait
+from services.worker.faust_seam import after_seek_to_committed, changing_hands, seek_and_wait
+from services.worker.positions import RESEEK_AFTER_S
 from services.worker.runner import ProcessRunner
 
 log = logging.getLogger(__name__)
@@ -65,3 +66,17 @@ def resume_from_stored_positions(
                 )
 
     app.on_partitions_revoked.connect(drop_revoked)
+
+
+def reseek_overdue_gaps(app: faust.App, runners: Sequence[Batched]) -> None:
+    """Ask again, on a timer, for every seek back over a gap whose expected record has not
+    come: a lost seek with no record after it would otherwise hold its partition until the
+    next record arrives (services/worker/positions.py; RELIABILITY.md, defect 13). Twice
+    per :data:`RESEEK_AFTER_S`, so a seek is asked again at most 1.5 times that after."""
+
+    @app.timer(interval=RESEEK_AFTER_S / 2)  # type: ignore[untyped-decorator]
+    async def reseek() -> None:
+        if changing_hands(app):
+            return  # the assignment that ends it seeks every partition to its stored position
+        for runner in runners:
+            await runner.reseek_overdue()

@@ -134,7 +134,7 @@ from services.worker.deadlines import (
     parse_entry,
 )
 from services.worker.metrics import Metrics
-from services.worker.positions import InputPositions, Plan
+from services.worker.positions import InputPositions, Plan, Rewind
 from services.worker.state_cache import StateCache
 from services.worker.tracing import DEADLINE_HEADER, StepTracing, remembered_context
 
@@ -521,7 +521,7 @@ class ProcessRunner:
             self._pending = decided
         self.positions.commit(plan)
         self._count_skipped(plan)
-        await self._rewind(plan)
+        await self._rewind(plan.rewinds)
         name = self.process.name
         self.metrics.inc(name, "batches")
         self.metrics.inc(name, "records", len(batch))
@@ -791,10 +791,16 @@ class ProcessRunner:
     def _count_skipped(self, plan: Plan) -> None:
         count_skipped(self.metrics, self.process.name, plan)
 
-    async def _rewind(self, plan: Plan) -> None:
+    async def _rewind(self, rewinds: Sequence[Rewind]) -> None:
         await rewind(
-            plan, self.process.name, self.positions, self.seek, self.first_offset, self.metrics
+            rewinds, self.process.name, self.positions, self.seek, self.first_offset, self.metrics
         )
+
+    async def reseek_overdue(self) -> None:
+        """Ask again for the seeks back whose expected offset has not come (positions.py);
+        between batches, so no batch is planned on positions this moves."""
+        async with self._batching:
+            await self._rewind(self.positions.overdue(self.monotonic()))
 
     def _decide(
         self,
@@ -1020,15 +1026,16 @@ def count_skipped(metrics: Metrics, name: str, plan: Plan) -> None:
 
 
 async def rewind(
-    plan: Plan,
+    rewinds: Sequence[Rewind],
     name: str,
     positions: InputPositions,
     seek: Seek,
     first_offset: FirstOffset,
     metrics: Metrics,
 ) -> None:
-    """Seek every partition the batch found a gap in back to its expected offset."""
-    for back in plan.rewinds:
+    """Seek every partition a batch found a gap in (or whose seek back is overdue) back to
+    its expected offset."""
+    for back in rewinds:
         try:
             await _seek_back(
                 back.topic,

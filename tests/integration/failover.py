@@ -34,6 +34,12 @@ async def two_more_workers(stack: Stack, tmp: Path) -> AsyncIterator[list[Worker
         await asyncio.gather(*(asyncio.to_thread(w.stop) for w in others))
 
 
+def order_partition(stack: Stack, order: str) -> int:
+    """The partition of the order saga's topic an order's saga runs in."""
+    partitions = list(range(stack.settings.partitions))
+    return partition_for(order.encode(), partitions, partitions)
+
+
 @dataclass
 class Steady:
     """Orders placed one every ``pause_s`` until stopped, with when each was placed."""
@@ -56,8 +62,7 @@ class Steady:
             await asyncio.sleep(self.pause_s)
 
     def partition(self, order: str) -> int:
-        partitions = range(self.stack.settings.partitions)
-        return partition_for(order.encode(), list(partitions), list(partitions))
+        return order_partition(self.stack, order)
 
     def back_after(self, killed_at: float) -> dict[int, float]:
         """Per partition of the order saga, seconds from ``killed_at`` to the first

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.failover import kill_and_time, two_more_workers
+from tests.integration.failover import kill_and_time, order_partition, two_more_workers
 from tests.integration.harness import isolated_settings, running_stack
 
 pytestmark = [pytest.mark.integration]
@@ -34,7 +34,9 @@ async def test_a_killed_workers_partitions_process_again_within_the_session_time
             for i in range(300):  # some history in every table before the kill
                 product = PRODUCTS[i % len(PRODUCTS)]
                 history[await stack.place([(product, 1)], customer=f"h{i}")] = [product]
-            assert len(await stack.tail.wait_for(history, 120)) == len(history)
+            ended = await stack.tail.wait_for(history, 120)
+            missing = {o: order_partition(stack, o) for o in history if o not in ended}
+            assert not missing, f"never ended (order: its partition): {missing}"
             bound = settings.session_timeout_s + 90  # alive again, not how fast: see above
             back, steady = await kill_and_time(stack, workers[1], PRODUCTS, 0.05, bound + 20)
             assert set(back) == set(range(settings.partitions)), back

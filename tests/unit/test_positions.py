@@ -72,6 +72,28 @@ def test_the_seek_is_asked_for_again_when_records_past_the_gap_keep_coming() -> 
     assert (plan.verdicts, plan.rewinds) == (["past_gap"], [Rewind("t", 0, 10)])
 
 
+def test_a_seek_lost_with_nothing_after_it_is_asked_for_again_on_the_timer() -> None:
+    # Defect 13: the records the seek fetches again are dropped by Faust and nothing more
+    # comes; only overdue() notices.
+    positions = InputPositions(lambda topic, partition: 10)
+    assert run(positions, offsets(13, 14), now=0.0) == ["past_gap", "stale"]
+    assert positions.overdue(now=RESEEK_AFTER_S - 0.1) == []
+    assert positions.overdue(now=RESEEK_AFTER_S) == [Rewind("t", 0, 10)]
+    assert positions.overdue(now=RESEEK_AFTER_S + 1) == []  # timed from the new request
+    assert positions.overdue(now=2 * RESEEK_AFTER_S) == [Rewind("t", 0, 10)]
+    assert run(positions, offsets(10), now=2 * RESEEK_AFTER_S) == ["process"]
+    assert positions.overdue(now=10 * RESEEK_AFTER_S) == []  # the expected record came
+
+
+def test_nothing_is_overdue_without_a_gap_nor_after_a_rebalance() -> None:
+    positions = InputPositions(lambda topic, partition: 10)
+    assert run(positions, offsets(10, 11), now=0.0) == ["process", "process"]
+    assert positions.overdue(now=100.0) == []
+    assert run(positions, offsets(20), now=100.0) == ["past_gap"]
+    positions.forget()  # the assignment seeks every partition to its stored position
+    assert positions.overdue(now=200.0) == []
+
+
 def test_offsets_the_broker_says_do_not_exist_are_skipped() -> None:
     # Retention deleted 10..12 (or they were transaction markers).
     positions = InputPositions(lambda topic, partition: 10)
@@ -125,6 +147,29 @@ async def test_the_runner_seeks_back_over_a_gap_and_processes_nothing_past_it() 
     await r.handle_batch([incoming(lc.SetCapacity(on_hand=3), "p1", 5)])
     assert (seeks, kafka.sent, dict(table)) == ([("t.inventory", 0, 3)], [], {})
     assert r.metrics.snapshot()["inventory.rewinds"] == 1
+
+
+async def test_the_runner_asks_again_for_a_seek_back_that_brought_nothing() -> None:
+    kafka, table = FakeKafka(), DictTable()
+    table.positions[("t.inventory", 0)] = 3
+    seeks: list[tuple[str, int, int]] = []
+    now = [0.0]
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        seeks.append((topic, partition, offset))
+
+    r = runner(kafka, table)
+    r.seek, r.monotonic = seek, lambda: now[0]
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=3), "p1", 5)])
+    await r.reseek_overdue()
+    assert seeks == [("t.inventory", 0, 3)]  # not yet due
+    now[0] = RESEEK_AFTER_S
+    await r.reseek_overdue()
+    assert seeks == [("t.inventory", 0, 3)] * 2
+    await r.handle_batch([incoming(lc.SetCapacity(on_hand=3), "p1", 3)])
+    now[0] = 10 * RESEEK_AFTER_S
+    await r.reseek_overdue()
+    assert (len(seeks), set(table)) == (2, {"p1"})
 
 
 async def test_the_runner_seeks_past_offsets_the_broker_says_hold_no_record() -> None:
