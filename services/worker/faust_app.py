@@ -136,6 +136,7 @@ def create_app(
     consumers: list[Batched] = [*runners]
     if settings.cdc_enabled:
         consumers.append(_register_ingest(app, settings, budget, metrics, membership, tracer))
+    faust_seam.deliver_every_input_record(app, [t for c in consumers for t in c.input_topics])
     resume_from_stored_positions(app, consumers, settings.start_without_position)
     reseek_overdue_gaps(app, consumers)
     register_deadline_timer(app, settings, runners)

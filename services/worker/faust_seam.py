@@ -140,6 +140,34 @@ def guard_produce_requests(app: faust.App, guard: Callable[[], None]) -> None:
 # --- the consumer ---------------------------------------------------------------------------
 
 
+class _InputReadOffsets(dict[TP, int | None]):
+    """Faust's read offsets (``Consumer._read_offset``), read as nothing for input topics.
+
+    Faust's delivery loop drops every record below a partition's read offset and raises that
+    offset to each record it delivers, also to the records of a fetch made before a seek,
+    which it goes on delivering after it: the records the seek fetches again are then
+    dropped (RELIABILITY.md, defect 13). The runners decide for themselves what they have
+    read (services/worker/positions.py), so for their input topics the loop reads no read
+    offset and delivers every record; changelogs keep Faust's filter (its recovery and
+    standbys rely on it)."""
+
+    def __init__(self, input_topics: frozenset[str], current: Mapping[TP, int | None]) -> None:
+        super().__init__(current)
+        self._input_topics = input_topics
+
+    def __getitem__(self, tp: TP) -> int | None:
+        if tp.topic in self._input_topics:
+            return None
+        return self.get(tp)  # None when unknown, as Faust's defaultdict gives
+
+
+def deliver_every_input_record(app: faust.App, input_topics: Sequence[str]) -> None:
+    """Turn off Faust's read-offset filter for ``input_topics`` (see :class:`_InputReadOffsets`);
+    before the consumer starts, since its delivery loop binds the mapping's methods once."""
+    consumer: Any = app.consumer
+    consumer._read_offset = _InputReadOffsets(frozenset(input_topics), consumer._read_offset)
+
+
 async def seek_and_wait(app: faust.App, offsets: Mapping[TP, int]) -> None:
     """``Consumer.seek_wait`` (undocumented): runs aiokafka's seeks on the consumer's own
     thread and waits for the positions. Faust's ``seek`` calls aiokafka from this thread

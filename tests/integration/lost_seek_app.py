@@ -1,11 +1,13 @@
 """A Faust app (tests only) that shows defect 13 on the real broker: ``python -m
-tests.integration.lost_seek_app <bootstrap> <topic> <result file> worker`` consumes ``topic``
-(one partition, its records already in it) and, on the first record at or past
+tests.integration.lost_seek_app <bootstrap> <topic> <result file> <reads> worker`` consumes
+``topic`` (one partition, its records already in it) and, on the first record at or past
 :data:`SEEK_FROM`, seeks back to 0 through the worker's own seek
 (``faust_seam.seek_and_wait``) and notes every offset delivered after. Once nothing has
 come for :data:`QUIET_S`, it seeks back to 0 again (what the worker's overdue reseek does),
 waits as long again, writes to the result file how many offsets below :data:`SEEK_FROM`
-were delivered after each seek (JSON) and exits."""
+were delivered after each seek (JSON) and exits. ``<reads>`` is ``faust`` (Faust's read
+offsets, as they come) or ``worker`` (as the worker has them:
+``faust_seam.deliver_every_input_record``)."""
 
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ from typing import Any
 import faust
 from faust.types import TP
 
-from services.worker.faust_seam import seek_and_wait
+from services.worker.faust_seam import deliver_every_input_record, seek_and_wait
 
 SEEK_FROM = 500
 QUIET_S = 3.0
 
-bootstrap, name, result = sys.argv[1], sys.argv[2], sys.argv[3]
-sys.argv[1:4] = []  # the rest is Faust's command line
+bootstrap, name, result, reads = sys.argv[1:5]
+sys.argv[1:5] = []  # the rest is Faust's command line
 app = faust.App(
     name,
     broker=f"kafka://{bootstrap}",
@@ -33,6 +35,8 @@ app = faust.App(
     consumer_auto_offset_reset="earliest",
 )
 topic = app.topic(name, key_serializer="raw", value_serializer="raw", partitions=1)
+if reads == "worker":
+    deliver_every_input_record(app, [name])
 after: list[list[int]] = []  # offsets delivered after the first seek, after the second
 last_at = [time.monotonic()]
 

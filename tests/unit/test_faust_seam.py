@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from faust.types import TP
 
 from runtime.settings import Settings
 from sagas.participants.ledger import CapacityLedger
@@ -73,3 +74,20 @@ def _imported(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             modules.append(node.module)
     return modules
+
+
+def test_the_worker_app_reads_no_read_offset_for_its_inputs_and_faust_s_for_changelogs(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path, store="memory")
+    app, runners = create_app(settings, [CapacityLedger(name="inventory", entity_type="product")])
+    consumer = app.consumer
+    inputs = [t for r in runners for t in r.input_topics]
+    assert inputs
+    changelog = TP(f"{settings.app_id}-inventory-changelog", 0)
+    for tp in (TP(inputs[0], 0), changelog):
+        consumer._read_offset[tp] = 7  # as Faust's delivery loop and seeks set them
+    # What the delivery loop reads (it binds __getitem__): an input's never filters.
+    assert consumer._read_offset[TP(inputs[0], 0)] is None
+    assert consumer._read_offset[changelog] == 7
+    assert consumer._read_offset[TP("unknown", 3)] is None
