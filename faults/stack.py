@@ -23,6 +23,9 @@ Timing settings, and why (see also RELIABILITY.md):
   a payment meets a late Void only after a saga timed out in CAPTURING, which no fault
   lasts long enough to cause (above). The store check reads every recovered record
   (faults/stores.py): a marker is a state, a key deleted is absent from changelog and store.
+  A drop or transfer the load sends for an enrollment that ended, delayed past those 25 s
+  by a broker kill, finds the key forgotten and is refused as unknown at sequence 1 again:
+  the documented limit, which ``checks.forgotten_then_refused`` tells from a conflict.
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from faults.checks import Observed, ReadModels, Violation, check_all
+from faults.checks import Observed, ReadModels, Violation, check_all, sequences
 from faults.history import History
 from faults.load import Attempt, EnrollAttempt
 from faults.poison import POISON_CHANNELS, POISON_KINDS, PoisonRecord, build
@@ -78,6 +79,28 @@ def test_two_events_with_one_sequence_are_a_conflict() -> None:
     first = next(e for e in events if e.type == "ledger.Reserved")
     other = first.model_copy(update={"message_id": "other", "occurred_at": first.occurred_at})
     assert "sequence-conflict" in _kinds(check_all(_observed(events, _raws([*events, other]))))
+
+
+@pytest.mark.parametrize(("after_s", "conflict"), [(26.0, False), (24.0, True)])
+def test_a_command_refused_for_a_forgotten_key_is_no_conflict_past_the_marker_window(
+    after_s: float, conflict: bool
+) -> None:
+    # Retired 5 s after its end, forgotten 20 s later (faults/stack.py): a command arriving
+    # after that is taken as new and refused at sequence 1 again (retirement's limit).
+    events = golden_events()
+    key = events[0].key
+    last = max(e.occurred_at for e in events if e.key == key)
+    refused = events[0].model_copy(
+        update={
+            "message_id": "refused",
+            "type": "enrollment.CommandRefused",
+            "payload": {"status": "NONE", "reason": "enrollment is unknown"},
+            "sequence": 1,
+            "occurred_at": last + timedelta(seconds=after_s),
+        }
+    )
+    kinds = {v.kind for v in sequences(History.of(_raws([*events, refused]), skip=set()))}
+    assert ("sequence-conflict" in kinds) is conflict
 
 
 def test_a_missing_event_is_a_gap() -> None:
