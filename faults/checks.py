@@ -150,7 +150,7 @@ def forgotten_then_refused(copies: list[Envelope], entity: list[Envelope]) -> bo
     documented limit of retirement (a command delayed past the marker's retention by a
     fault: the harness keeps markers 20 s, production a day), not a conflict."""
     refused = [e for e in copies if e.type.endswith(".CommandRefused")]
-    if len(refused) != 1 or len(copies) < 2 or refused[0].payload.get("status") != "NONE":
+    if len(refused) != 1 or refused[0].payload.get("status") != "NONE":
         return False
     before = [e.occurred_at for e in entity if e.occurred_at < refused[0].occurred_at]
     return bool(before) and refused[0].occurred_at - max(before) >= FORGOTTEN_AFTER
@@ -161,17 +161,16 @@ def sequences(h: History) -> list[Violation]:
     out = []
     for key, numbered in h.by_entity.items():
         for seq, copies in numbered.items():
-            ids = {e.message_id for e in copies}
-            if len(ids) > 1 and not forgotten_then_refused(
-                _distinct(copies), [e for events in numbered.values() for e in events]
+            distinct = list({e.message_id: e for e in copies}.values())
+            if len(distinct) > 1 and not forgotten_then_refused(
+                distinct, [e for events in numbered.values() for e in events]
             ):
                 types = sorted({e.type for e in copies})
-                distinct = {e.message_id: e for e in copies}.values()
                 out.append(
                     Violation(
                         "sequence-conflict",
                         f"{key} #{seq}",
-                        f"{len(ids)} different events share one sequence: {types}",
+                        f"{len(distinct)} different events share one sequence: {types}",
                         tuple(
                             f"  copy {e.message_id}: {e.type} {_gist(e.payload)} saga "
                             f"{e.saga_id} caused by {e.causation_id} at "
@@ -665,7 +664,3 @@ def student_credits(h: History) -> list[Violation]:
                 )
             )
     return out
-
-
-def _distinct(copies: list[Envelope]) -> list[Envelope]:
-    return list({e.message_id: e for e in copies}.values())
