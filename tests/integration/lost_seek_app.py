@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -31,6 +32,7 @@ app = faust.App(
     name,
     broker=f"kafka://{bootstrap}",
     store="memory://",
+    datadir=str(Path(result).parent / "data"),  # not the working directory
     web_enabled=False,
     consumer_auto_offset_reset="earliest",
 )
