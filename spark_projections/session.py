@@ -131,6 +131,10 @@ def _common_conf(shuffle_partitions: int) -> dict[str, str]:
         # One Python worker per core, kept between tasks (the exact-route triage).
         "spark.python.worker.reuse": "true",
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
+        # PySpark would record the Python call site of every Column operation in the JVM,
+        # for error messages: ~10 gateway round trips per `&` or `==`, about 40,000 for the
+        # native checks alone (seconds of driver time with the executors idle).
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
 
 
