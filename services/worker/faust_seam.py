@@ -153,10 +153,10 @@ class _InputReadOffsets(dict[TP, int | None]):
 
     def __init__(self, input_topics: frozenset[str], current: Mapping[TP, int | None]) -> None:
         super().__init__(current)
-        self._input_topics = input_topics
+        self.input_topics = input_topics
 
     def __getitem__(self, tp: TP) -> int | None:
-        if tp.topic in self._input_topics:
+        if tp.topic in self.input_topics:
             return None
         return self.get(tp)  # None when unknown, as Faust's defaultdict gives
 
@@ -166,6 +166,22 @@ def deliver_every_input_record(app: faust.App, input_topics: Sequence[str]) -> N
     before the consumer starts, since its delivery loop binds the mapping's methods once."""
     consumer: Any = app.consumer
     consumer._read_offset = _InputReadOffsets(frozenset(input_topics), consumer._read_offset)
+
+
+def reads_every_record(consumer: Any, topic: str) -> bool:
+    """Whether Faust's read-offset filter is off for ``topic`` on ``consumer``
+    (:func:`deliver_every_input_record`): the worker's runners, not Faust, decide which of its
+    records were read."""
+    offsets = getattr(consumer, "_read_offset", None)
+    return isinstance(offsets, _InputReadOffsets) and topic in offsets.input_topics
+
+
+def handed_message(waitable: Any) -> Any:
+    """The record a not yet started hand-over, Faust's ``callback(message)`` (the topic
+    conductor's ``on_message``), is about to deliver: its ``message`` argument; None for
+    anything else."""
+    frame = getattr(waitable, "cr_frame", None)
+    return None if frame is None else frame.f_locals.get("message")
 
 
 async def seek_and_wait(app: faust.App, offsets: Mapping[TP, int]) -> None:
