@@ -3,6 +3,8 @@
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from faust.types import TP
@@ -91,3 +93,32 @@ def test_the_worker_app_reads_no_read_offset_for_its_inputs_and_faust_s_for_chan
     assert consumer._read_offset[TP(inputs[0], 0)] is None
     assert consumer._read_offset[changelog] == 7
     assert consumer._read_offset[TP("unknown", 3)] is None
+
+
+def _changelog_event(tp: TP, offset: int) -> Any:
+    message = SimpleNamespace(tp=tp, offset=offset, key=b"k", value=b"v")
+    return SimpleNamespace(message=message, key="k", value="v")
+
+
+def test_a_record_of_a_partition_dropped_before_the_recovery_loop_reads_it_is_refused() -> None:
+    # Defect 15: the loop's ``wait_for`` ran ``get`` as a task; the rebalance dropped the
+    # standby partition before the loop looked at the record, which Faust then applied to
+    # the table of the record before it.
+    tp = TP("app-transfer-saga-state-changelog", 3)
+    recovery = SimpleNamespace(active_tps=set(), standby_tps={tp})
+    handed = faust_seam._HeldWhenRead(_changelog_event(tp, 38), recovery)
+    recovery.standby_tps.clear()  # the rebalance, between get and the loop
+    with pytest.raises(faust_seam.NoLongerHeld):
+        handed.message  # noqa: B018  (the loop's first read)
+    # The loop catches any Exception and goes on with the next record.
+    assert issubclass(faust_seam.NoLongerHeld, Exception)
+
+
+def test_a_record_held_when_the_loop_reads_it_is_the_event_to_every_later_reader() -> None:
+    tp = TP("app-order-saga-state-changelog", 2)
+    recovery = SimpleNamespace(active_tps={tp}, standby_tps=set())
+    event = _changelog_event(tp, 867)
+    handed = faust_seam._HeldWhenRead(event, recovery)
+    assert handed.message is event.message
+    recovery.active_tps.clear()  # later reads (the batch applied after a rebalance) pass
+    assert (handed.message.offset, handed.key, handed.value) == (867, "k", "v")
