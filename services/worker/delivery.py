@@ -11,22 +11,25 @@ the agents worked a third of the time and the loop idled (BENCHMARKS.md, "Issue 
 fourth step").
 
 :func:`install` makes that one call await the callback directly while the flow is not
-suspended, for the records of the runners' input topics. The callback puts the record into
-each subscribed stream's buffer. It returns without waiting unless a buffer is full
-(``stream_buffer_maxsize``), and then it waits for that stream to take an event, which its
-agent does in a rebalance too (Faust waits for the streams to be empty before it lets
-partitions go).
+suspended, on the worker's consumer (whose read offsets are
+``faust_seam.InputReadOffsets``). The callback puts the record into each subscribed
+stream's buffer, or a changelog record into the recovery's queue. It returns without
+waiting unless a buffer is full (``stream_buffer_maxsize``), and then it waits for that
+stream to take an event, which its agent does in a rebalance too (Faust waits for the
+streams to be empty before it lets partitions go).
 
-A hand-over awaited directly is not given up when a rebalance suspends the flow: it ends
-when the buffer has room again, which may be after the next assignment has sought the
-partition, and Faust's loop then raises the partition's read offset to the record's. For an
-input topic that is harmless: Faust's read offsets are not read there and the runners skip
-a record they have already seen (``faust_seam.deliver_every_input_record``). A changelog
-record is different: Faust's recovery drops the records its seek fetches again below that
-read offset, and applies the stale record itself after its queue was cleared, skipping
-everything below it (RELIABILITY.md, defect 14: a store missed the changelog records
-between). So changelog records, and every other use of ``wait_first``, keep Faust's own
-wait, which gives the hand-over up as soon as the flow is suspended.
+A hand-over awaited directly is not given up when a rebalance suspends the flow, as
+Faust's race gives it up: it ends when there is room again, which may be after the next
+assignment has sought the partition; Faust's loop then raises the partition's read offset
+to the record's. For an input record that is harmless: Faust's read offsets are not read
+for input topics and the runners skip a record they have already seen
+(``faust_seam.deliver_every_input_record``). A changelog record would be applied by the
+recovery before everything the seek fetches again, which would be skipped as seen and
+dropped below the raised read offset (RELIABILITY.md, defect 14: a store missed the
+records between). So a changelog record whose hand-over outlived a rebalance (the consumer's
+generation changed meanwhile) is disowned: its read offset is not kept and the recovery
+drops it (``faust_seam.disown_late_hand_over``). While the flow is suspended, on any other
+consumer, and for every other use of ``wait_first``, Faust's own wait runs unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from typing import Any
 from services.worker.faust_seam import (
     FAUST_WAIT_FIRST,
     DrainResults,
+    InputReadOffsets,
+    disown_late_hand_over,
     handed_message,
     is_drain_flow_wait,
     reads_every_record,
@@ -45,24 +50,25 @@ from services.worker.faust_seam import (
 
 
 async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
-    """``Consumer.wait_first``: the drain loop's hand-over of an input record awaited
-    directly, the rest as Faust."""
+    """``Consumer.wait_first``: the drain loop's hand-over awaited directly, the rest as Faust."""
+    message = handed_message(coros[0]) if len(coros) == 2 else None
     if (
-        len(coros) == 2
+        message is not None
         and timeout is None
         and is_drain_flow_wait(self, coros[1])
         and not self.suspend_flow.is_set()
         and isinstance(coros[0], Coroutine)
-        and _of_an_input_topic(self, handed_message(coros[0]))
+        and isinstance(self._read_offset, InputReadOffsets)
     ):
         coros[1].close()  # never started: nothing to cancel
+        generation = self.app.consumer_generation_id
         result = await coros[0]
+        if self.app.consumer_generation_id != generation and not reads_every_record(
+            self, message.topic
+        ):
+            disown_late_hand_over(self, message)
         return DrainResults([coros[0]], [result], False)
     return await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)
-
-
-def _of_an_input_topic(consumer: Any, message: Any) -> bool:
-    return message is not None and reads_every_record(consumer, message.topic)
 
 
 def install() -> None:

@@ -140,7 +140,7 @@ def guard_produce_requests(app: faust.App, guard: Callable[[], None]) -> None:
 # --- the consumer ---------------------------------------------------------------------------
 
 
-class _InputReadOffsets(dict[TP, int | None]):
+class InputReadOffsets(dict[TP, int | None]):
     """Faust's read offsets (``Consumer._read_offset``), read as nothing for input topics.
 
     Faust's delivery loop drops every record below a partition's read offset and raises that
@@ -154,18 +154,77 @@ class _InputReadOffsets(dict[TP, int | None]):
     def __init__(self, input_topics: frozenset[str], current: Mapping[TP, int | None]) -> None:
         super().__init__(current)
         self.input_topics = input_topics
+        self._disowned: dict[TP, int] = {}
 
     def __getitem__(self, tp: TP) -> int | None:
         if tp.topic in self.input_topics:
             return None
         return self.get(tp)  # None when unknown, as Faust's defaultdict gives
 
+    def __setitem__(self, tp: TP, offset: int | None) -> None:
+        if offset is not None and self._disowned.get(tp) == offset:
+            del self._disowned[tp]  # the delivery loop's own write, right after the hand-over
+            return
+        super().__setitem__(tp, offset)
+
+    def disown(self, tp: TP, offset: int) -> None:
+        """The delivery loop's next write of ``offset`` for ``tp`` is not kept (see
+        :func:`disown_late_hand_over`)."""
+        self._disowned[tp] = offset
+
+
+class DisownedRecords:
+    """Changelog records handed over across a rebalance, which Faust's recovery must not
+    apply (:func:`disown_late_hand_over`): known by identity, since the seek that follows
+    fetches a record of the same partition and offset again, and that one is applied. A
+    record cleared from the queue before the recovery took it stays listed until the oldest
+    are let go (``LIMIT``): a few per rebalance at most."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._records: dict[int, Any] = {}
+
+    def add(self, message: Any) -> None:
+        if len(self._records) >= self.LIMIT:
+            del self._records[next(iter(self._records))]
+        self._records[id(message)] = message  # held: its id cannot be reused meanwhile
+
+    def take(self, message: Any) -> bool:
+        """Whether ``message`` was disowned (and forget it)."""
+        if self._records.get(id(message)) is message:
+            del self._records[id(message)]
+            return True
+        return False
+
+
+def disowned_records(consumer: Any) -> DisownedRecords:
+    """The consumer's :class:`DisownedRecords` (made on first use)."""
+    records: DisownedRecords | None = getattr(consumer, "_sagaline_disowned", None)
+    if records is None:
+        records = consumer._sagaline_disowned = DisownedRecords()
+    return records
+
+
+def disown_late_hand_over(consumer: Any, message: Any) -> None:
+    """A changelog record whose hand-over began before a rebalance and ended after it
+    (services/worker/delivery.py): it went into the recovery's queue after the queue was
+    cleared and the partition sought again, and the delivery loop is about to raise the
+    partition's read offset to it. Both are undone: the read offset keeps what the seek set
+    (so the records the seek fetches again are delivered), and the recovery drops the record
+    (else it would apply it first and skip every record below it as seen). RELIABILITY.md,
+    defect 14."""
+    offsets = consumer._read_offset
+    if isinstance(offsets, InputReadOffsets):
+        offsets.disown(message.tp, message.offset)
+    disowned_records(consumer).add(message)
+
 
 def deliver_every_input_record(app: faust.App, input_topics: Sequence[str]) -> None:
-    """Turn off Faust's read-offset filter for ``input_topics`` (see :class:`_InputReadOffsets`);
+    """Turn off Faust's read-offset filter for ``input_topics`` (see :class:`InputReadOffsets`);
     before the consumer starts, since its delivery loop binds the mapping's methods once."""
     consumer: Any = app.consumer
-    consumer._read_offset = _InputReadOffsets(frozenset(input_topics), consumer._read_offset)
+    consumer._read_offset = InputReadOffsets(frozenset(input_topics), consumer._read_offset)
 
 
 def reads_every_record(consumer: Any, topic: str) -> bool:
@@ -173,7 +232,7 @@ def reads_every_record(consumer: Any, topic: str) -> bool:
     (:func:`deliver_every_input_record`): the worker's runners, not Faust, decide which of its
     records were read."""
     offsets = getattr(consumer, "_read_offset", None)
-    return isinstance(offsets, _InputReadOffsets) and topic in offsets.input_topics
+    return isinstance(offsets, InputReadOffsets) and topic in offsets.input_topics
 
 
 def handed_message(waitable: Any) -> Any:
@@ -366,10 +425,18 @@ def skip_untracked_changelog_records(app: faust.App) -> None:
     tables: Any = app.tables
     queue = tables.changelog_queue
     get = queue.get
+    disowned = disowned_records(app.consumer)
 
     async def get_tracked() -> Any:
         while True:
             event = await get()
+            if disowned.take(event.message):
+                log.info(
+                    "dropped a changelog record of %s (offset %d): handed over across a rebalance",
+                    event.message.tp,
+                    event.message.offset,
+                )
+                continue
             recovery = tables._recovery  # None until Faust's first rebalance made it
             if recovery is None:
                 return event

@@ -1,6 +1,6 @@
 """The hand-over of fetched records to the agents (services/worker/delivery.py): direct
-for the runners' input records while the flow runs; Faust's own wait while it is suspended,
-for changelog records and for every other caller."""
+while the flow runs, a changelog record that outlived a rebalance disowned; Faust's own wait
+while the flow is suspended and for every other caller."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import faust
 import pytest
 from faust.transport.consumer import Consumer
+from faust.types import TP
 from mode import Service
 
 from services.worker import delivery, faust_seam
@@ -26,11 +27,12 @@ class Drain(Service):
     def __init__(self) -> None:
         super().__init__()
         self.suspend_flow = asyncio.Event()
-        self._read_offset = faust_seam._InputReadOffsets(frozenset({"in"}), {})
+        self._read_offset = faust_seam.InputReadOffsets(frozenset({"in"}), {})
+        self.app = SimpleNamespace(consumer_generation_id=7)
 
 
-INPUT = SimpleNamespace(topic="in")
-CHANGELOG = SimpleNamespace(topic="app-order-saga-state-changelog")
+INPUT = SimpleNamespace(topic="in", tp=TP("in", 0), offset=5)
+CHANGELOG_TP = TP("app-order-saga-state-changelog", 2)
 
 
 async def test_a_record_is_handed_over_in_the_same_turn_of_the_loop() -> None:
@@ -89,27 +91,58 @@ async def test_other_waits_are_faust_s() -> None:
     assert result.results == [True]
 
 
-async def test_a_changelog_record_waiting_for_room_is_given_up_when_a_rebalance_begins() -> None:
-    # Defect 14: awaited directly, this hand-over would end after the next assignment's
-    # seek, put a stale record into the recovery's cleared queue and raise the partition's
-    # read offset over the records the seek fetches again.
-    drain, room, delivered = Drain(), asyncio.Event(), []
+async def hand_over_waiting_for_room(drain: Drain, message: object, rebalance: bool) -> None:
+    """What Faust's drain loop does with one record: the hand-over (waiting for room in a
+    full queue, a rebalance meanwhile or not), then the partition's read offset."""
+    room = asyncio.Event()
 
     async def callback(message: object) -> str:
         await room.wait()  # the recovery's changelog queue is full
-        delivered.append(message)
         return "put"
 
-    handing = asyncio.ensure_future(
-        drain.wait_first(callback(CHANGELOG), drain.suspend_flow.wait())
-    )
+    handing = asyncio.ensure_future(drain.wait_first(callback(message), drain.suspend_flow.wait()))
     await asyncio.sleep(0.01)
-    assert not handing.done()
-    drain.suspend_flow.set()  # a rebalance began
-    result = await asyncio.wait_for(handing, 1)
+    if rebalance:  # the generation changes and the next assignment seeks to 852
+        drain.app.consumer_generation_id += 1
+        drain._read_offset[CHANGELOG_TP] = 852
     room.set()  # the queue has room again (cleared on resume)
-    await asyncio.sleep(0.01)
-    assert (result.results, delivered) == ([True], [])
+    assert (await asyncio.wait_for(handing, 1)).results == ["put"]
+    drain._read_offset[message.tp] = message.offset  # type: ignore[attr-defined]
+
+
+async def test_a_changelog_record_handed_over_across_a_rebalance_is_disowned() -> None:
+    # Defect 14: kept, the stale record raised the read offset over the records the seek
+    # fetched again, and the recovery applied it before them and skipped them as seen.
+    drain, stale = Drain(), SimpleNamespace(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
+    await hand_over_waiting_for_room(drain, stale, rebalance=True)
+    assert drain._read_offset[CHANGELOG_TP] == 852
+    records = faust_seam.disowned_records(drain)
+    assert records.take(stale) and not records.take(stale)
+    # The record the seek fetches again (same partition and offset, another object) is kept.
+    again = SimpleNamespace(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
+    await hand_over_waiting_for_room(drain, again, rebalance=False)
+    assert drain._read_offset[CHANGELOG_TP] == 1581
+    assert not faust_seam.disowned_records(drain).take(again)
+
+
+async def test_an_input_record_handed_over_across_a_rebalance_is_the_runners_to_judge() -> None:
+    drain = Drain()
+    await hand_over_waiting_for_room(drain, INPUT, rebalance=True)
+    assert not faust_seam.disowned_records(drain).take(INPUT)
+    assert drain._read_offset[INPUT.tp] is None  # Faust's filter off for inputs
+
+
+async def test_the_recovery_never_gets_a_disowned_record() -> None:
+    app = faust.App("t-disowned", broker="kafka://127.0.0.1:1")
+    faust_seam.skip_untracked_changelog_records(app)
+    queue = app.tables.changelog_queue
+    stale, fresh = (
+        SimpleNamespace(message=SimpleNamespace(tp=CHANGELOG_TP, offset=1581)) for _ in range(2)
+    )
+    faust_seam.disown_late_hand_over(app.consumer, stale.message)
+    queue.put_nowait(stale)
+    queue.put_nowait(fresh)
+    assert await asyncio.wait_for(queue.get(), 1) is fresh
 
 
 async def test_the_message_a_hand_over_delivers_is_faust_s_conductor_callback_argument() -> None:
