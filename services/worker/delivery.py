@@ -44,28 +44,27 @@ from services.worker.faust_seam import (
     disown_late_hand_over,
     handed_message,
     is_drain_flow_wait,
-    reads_every_record,
     replace_consumer_wait_first,
 )
 
 
 async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
     """``Consumer.wait_first``: the drain loop's hand-over awaited directly, the rest as Faust."""
+    offsets = getattr(self, "_read_offset", None)
     message = handed_message(coros[0]) if len(coros) == 2 else None
     if (
         message is not None
         and timeout is None
+        and isinstance(offsets, InputReadOffsets)
         and is_drain_flow_wait(self, coros[1])
         and not self.suspend_flow.is_set()
         and isinstance(coros[0], Coroutine)
-        and isinstance(self._read_offset, InputReadOffsets)
     ):
         coros[1].close()  # never started: nothing to cancel
         generation = self.app.consumer_generation_id
         result = await coros[0]
-        if self.app.consumer_generation_id != generation and not reads_every_record(
-            self, message.topic
-        ):
+        late = self.app.consumer_generation_id != generation
+        if late and message.topic not in offsets.input_topics:
             disown_late_hand_over(self, message)
         return DrainResults([coros[0]], [result], False)
     return await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)

@@ -214,9 +214,8 @@ def disown_late_hand_over(consumer: Any, message: Any) -> None:
     (so the records the seek fetches again are delivered), and the recovery drops the record
     (else it would apply it first and skip every record below it as seen). RELIABILITY.md,
     defect 14."""
-    offsets = consumer._read_offset
-    if isinstance(offsets, InputReadOffsets):
-        offsets.disown(message.tp, message.offset)
+    offsets: InputReadOffsets = consumer._read_offset  # the worker's: none other delivers so
+    offsets.disown(message.tp, message.offset)
     disowned_records(consumer).add(message)
 
 
@@ -225,14 +224,6 @@ def deliver_every_input_record(app: faust.App, input_topics: Sequence[str]) -> N
     before the consumer starts, since its delivery loop binds the mapping's methods once."""
     consumer: Any = app.consumer
     consumer._read_offset = InputReadOffsets(frozenset(input_topics), consumer._read_offset)
-
-
-def reads_every_record(consumer: Any, topic: str) -> bool:
-    """Whether Faust's read-offset filter is off for ``topic`` on ``consumer``
-    (:func:`deliver_every_input_record`): the worker's runners, not Faust, decide which of its
-    records were read."""
-    offsets = getattr(consumer, "_read_offset", None)
-    return isinstance(offsets, InputReadOffsets) and topic in offsets.input_topics
 
 
 def handed_message(waitable: Any) -> Any:
