@@ -137,6 +137,13 @@ class Settings(BaseSettings):
         True,
         description="Fetch in Kafka's incremental fetch sessions (KIP-227): each fetch request lists only the partitions that changed and each response only those with records, instead of every assigned partition both ways (services/worker/fetch_sessions.py): 15-28% less worker CPU a saga and 9-26% less broker CPU at 40 sagas/s, nothing at full load (BENCHMARKS.md, issue 27). false: aiokafka's own full fetches",
     )
+    # Off: the consumer on the worker's own loop saves the two thread crossings of every
+    # fetch (services/worker/faust_seam.py, consumer_on_the_app_loop); on is Faust's design,
+    # kept for a deployment whose sagas hold the loop for seconds.
+    consumer_thread: bool = Field(
+        False,
+        description="Run Faust's Kafka consumer in a thread of its own with a second event loop (Faust's design), instead of on the worker's event loop: on, heartbeats go on while a decision holds the loop for seconds, at about a seventh more worker CPU below full load (BENCHMARKS.md, issue 27)",
+    )
     # 0 since the fault harness found a store unlike its changelog after a rebalance with
     # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.
     store_every_ms: int = Field(

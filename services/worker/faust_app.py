@@ -108,6 +108,8 @@ def create_app(
         table_standby_replicas=settings.table_standby_replicas,
     )
     faust_seam.drop_faust_views(app)
+    if not settings.consumer_thread:
+        faust_seam.consumer_on_the_app_loop(app)
     if settings.fetch_sessions:
         use_fetch_sessions()
     # A dead worker's partitions go to their standbys' workers, past Faust's balance cap.

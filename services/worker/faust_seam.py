@@ -140,6 +140,57 @@ def guard_produce_requests(app: faust.App, guard: Callable[[], None]) -> None:
 # --- the consumer ---------------------------------------------------------------------------
 
 
+class OnTheAppLoop:
+    """Stands in for mode's ``WorkerThread`` (a ``ServiceThread``'s ``Worker``): runs the
+    service's body as a task of its ``thread_loop``, which must be its parent loop."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self.task: asyncio.Task[None] | None = None
+        # At its end the body cancels every task of its loop but itself (mode's
+        # ServiceThread._gather_remaining_tasks): here, every agent's.
+        service._gather_remaining_tasks = _sweep_nothing.__get__(service)
+
+    def start(self) -> None:
+        self.task = self.service.parent_loop.create_task(self.service._serve())
+
+    def stop(self) -> None:
+        """The body has ended by the time mode calls this: ``ServiceThread.stop`` waits for
+        the shutdown it signals at its end (a thread's ``stop`` joins it here)."""
+
+    def is_alive(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+async def _sweep_nothing(self: Any) -> None:
+    return None
+
+
+def consumer_on_the_app_loop(app: faust.App) -> None:
+    """Run the app's aiokafka consumer on the app's event loop, not in a thread of its own.
+
+    Faust gives its consumer a thread with a second loop (``ConsumerThread``) so heartbeats
+    go on while an agent holds the loop. Every fetch then crosses the threads twice (a
+    method queue there, ``call_soon_threadsafe`` back), each a wake-up of the other loop
+    and a hand-over of the GIL: below full load a seventh of the worker's CPU (BENCHMARKS.md,
+    issue 27, "The consumer on the app's loop"). The worker never holds its loop for long
+    (a batch is at most SAGALINE_BATCH_SIZE records; the long passes yield every few
+    milliseconds), far inside a heartbeat interval. Faust's and mode's calls between the
+    two loops (method queues, ``call_soon_threadsafe``) work within one. Only this app's
+    transport makes the consumer below. Relies on: ``Transport.create_consumer`` making
+    ``Transport.Consumer``; ``ThreadDelegateConsumer`` asking ``_new_consumer_thread``;
+    ``ServiceThread`` taking ``thread_loop`` and ``Worker``, its ``start`` calling the
+    ``Worker``'s and waiting for ``_serve``, the thread's whole body."""
+    app.transport.Consumer = _AppLoopConsumer  # type: ignore[misc]
+
+
+class _AppLoopConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return faust_aiokafka.AIOKafkaConsumerThread(
+            self, loop=self.loop, thread_loop=self.loop, Worker=OnTheAppLoop, beacon=self.beacon
+        )
+
+
 class InputReadOffsets(dict[TP, int | None]):
     """Faust's read offsets (``Consumer._read_offset``), read as nothing for input topics.
 

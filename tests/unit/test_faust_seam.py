@@ -2,12 +2,15 @@
 (services/worker/faust_seam.py), and says so in a sentence when it will not."""
 
 import ast
+import asyncio
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from faust.types import TP
+from mode.threads import QueueServiceThread
 
 from runtime.settings import Settings
 from sagas.participants.ledger import CapacityLedger
@@ -122,3 +125,48 @@ def test_a_record_held_when_the_loop_reads_it_is_the_event_to_every_later_reader
     assert handed.message is event.message
     recovery.active_tps.clear()  # later reads (the batch applied after a rebalance) pass
     assert (handed.message.offset, handed.key, handed.value) == (867, "k", "v")
+
+
+def test_the_worker_s_consumer_runs_on_the_app_s_loop_unless_told_to_use_a_thread(
+    tmp_path: Path,
+) -> None:
+    processes = [CapacityLedger(name="inventory", entity_type="product")]
+    app, _ = create_app(Settings(data_dir=tmp_path, store="memory"), processes)
+    on_loop: Any = app.consumer
+    assert on_loop._thread.thread_loop is app.loop
+    assert on_loop._thread.Worker is faust_seam.OnTheAppLoop
+    threaded, _ = create_app(
+        Settings(data_dir=tmp_path / "t", store="memory", consumer_thread=True), processes
+    )
+    in_thread: Any = threaded.consumer
+    assert in_thread._thread.thread_loop is not threaded.loop
+    assert in_thread._thread.Worker is not faust_seam.OnTheAppLoop
+
+
+class _Probe(QueueServiceThread):
+    started_in: int | None = None
+
+    async def on_start(self) -> None:
+        self.started_in = threading.get_ident()
+
+
+def test_a_service_thread_on_the_app_loop_runs_there_and_leaves_other_tasks_alone() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        other = loop.create_task(asyncio.sleep(60))
+        probe = _Probe(loop=loop, thread_loop=loop, Worker=faust_seam.OnTheAppLoop)
+        await probe.start()
+        assert probe.started_in == threading.get_ident()
+
+        async def where() -> int:
+            return threading.get_ident()
+
+        assert await probe.call_thread(where) == threading.get_ident()
+        await probe.stop()
+        assert probe._thread is not None and not probe._thread.is_alive()
+        assert not other.done()
+        other.cancel()
+
+    threads_before = threading.active_count()
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert threading.active_count() == threads_before
