@@ -30,9 +30,10 @@ class BoundedWorker(SignalHookedWorker):
 
     async def stop(self) -> None:
         # Any stop is bounded, not only a signal's: after Faust's fetcher crashed (aiokafka's
-        # KeyError in fetched_records when a seek meets a fetch in flight, robinhood/aiokafka#19)
-        # the app's stop waited for its streams forever and the process stayed up doing
-        # nothing (a fault run's worker, 4 minutes). It now ends after the grace, non-zero,
-        # and its supervisor starts it again; the stored positions lose nothing.
+        # KeyError in fetched_records when a seek from another thread met a fetch in flight,
+        # robinhood/aiokafka#19) the app's stop waited for its streams forever and the
+        # process stayed up doing nothing (a fault run's worker, 4 minutes). It now ends
+        # after the grace, non-zero, and its supervisor starts it again; the stored
+        # positions lose nothing.
         self.watchdog.arm()
         await super().stop()

@@ -152,11 +152,23 @@ class OnTheAppLoop:
         service._gather_remaining_tasks = _sweep_nothing.__get__(service)
 
     def start(self) -> None:
-        self.task = self.service.parent_loop.create_task(self.service._serve())
+        self.task = self.service.parent_loop.create_task(self._serve())
+        # The body reports its own failure (mode's ServiceThread.crash, up to the app).
+        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _serve(self) -> None:
+        try:
+            await self.service._serve()
+        except BaseException:
+            # What mode's _start_thread does when the body raises: a stop waiting for the
+            # body's shutdown signal, which the body may not have reached, is not left to
+            # its 60 s timeout.
+            self.service.set_shutdown()
+            raise
 
     def stop(self) -> None:
-        """The body has ended by the time mode calls this: ``ServiceThread.stop`` waits for
-        the shutdown it signals at its end (a thread's ``stop`` joins it here)."""
+        """Nothing to join: ``ServiceThread.stop`` has waited for the body's shutdown signal,
+        which it gives before its last steps (the app's stop gathers the task after)."""
 
     def is_alive(self) -> bool:
         return self.task is not None and not self.task.done()
@@ -171,16 +183,19 @@ def consumer_on_the_app_loop(app: faust.App) -> None:
 
     Faust gives its consumer a thread with a second loop (``ConsumerThread``) so heartbeats
     go on while an agent holds the loop. Every fetch then crosses the threads twice (a
-    method queue there, ``call_soon_threadsafe`` back), each a wake-up of the other loop
-    and a hand-over of the GIL: below full load a seventh of the worker's CPU (BENCHMARKS.md,
-    issue 27, "The consumer on the app's loop"). The worker never holds its loop for long
-    (a batch is at most SAGALINE_BATCH_SIZE records; the long passes yield every few
-    milliseconds), far inside a heartbeat interval. Faust's and mode's calls between the
-    two loops (method queues, ``call_soon_threadsafe``) work within one. Only this app's
-    transport makes the consumer below. Relies on: ``Transport.create_consumer`` making
-    ``Transport.Consumer``; ``ThreadDelegateConsumer`` asking ``_new_consumer_thread``;
-    ``ServiceThread`` taking ``thread_loop`` and ``Worker``, its ``start`` calling the
-    ``Worker``'s and waiting for ``_serve``, the thread's whole body."""
+    method queue there, ``call_soon_threadsafe`` back), each a wake-up of the other loop and
+    a hand-over of the GIL: below full load a tenth to a seventh of the worker's CPU
+    (BENCHMARKS.md, issue 27, "The consumer on the app's loop"). The worker seldom holds its
+    loop long: a batch is at most SAGALINE_BATCH_SIZE records, the long passes yield every
+    few milliseconds or run in a thread, and the longest holds left (a partition's first
+    deadline indexing, about 2 s a million keys; Faust's ``gc.collect`` at a revocation)
+    are far inside the session timeout (10 s, a heartbeat each second). Faust's and mode's
+    calls between the two loops (method queues, ``call_soon_threadsafe``) work within one.
+    Only this app's transport makes the consumer below. Relies on:
+    ``Transport.create_consumer`` making ``Transport.Consumer``; ``ThreadDelegateConsumer``
+    asking ``_new_consumer_thread``; ``ServiceThread`` taking ``thread_loop`` and ``Worker``,
+    its ``start`` calling the ``Worker``'s and waiting for ``_serve``, the thread's whole
+    body, and signalling its shutdown before its last steps."""
     app.transport.Consumer = _AppLoopConsumer  # type: ignore[misc]
 
 
@@ -286,13 +301,15 @@ def handed_message(waitable: Any) -> Any:
 
 
 async def seek_and_wait(app: faust.App, offsets: Mapping[TP, int]) -> None:
-    """``Consumer.seek_wait`` (undocumented): runs aiokafka's seeks on the consumer's own
-    thread and waits for the positions. Faust's ``seek`` calls aiokafka from this thread
-    while aiokafka's loop runs in the consumer thread, mid-fetch most of the time: once in a
-    CI run a seek back over a gap never took, and in soak run 9 a seek deleted a partition's
-    fetched records between the fetcher listing them and reading them (``KeyError`` in
-    ``Fetcher.fetched_records``: the worker's fetcher crashed and the worker stopped).
-    RELIABILITY.md, defect 11. Every seek of the worker's Faust consumer goes through here."""
+    """``Consumer.seek_wait`` (undocumented): runs aiokafka's seeks through the consumer's
+    method queue, where its fetcher runs, and waits for the positions. With Faust's consumer
+    thread (SAGALINE_CONSUMER_THREAD=true), Faust's ``seek`` called aiokafka from the app's
+    thread while the fetcher ran in the other, mid-fetch most of the time: once in a CI run a
+    seek back over a gap never took, and in soak run 9 a seek deleted a partition's fetched
+    records between the fetcher listing them and reading them (``KeyError`` in
+    ``Fetcher.fetched_records``; RELIABILITY.md, defect 11). On the app's loop (the default)
+    both are steps of one loop and the race cannot happen; every seek of the worker's Faust
+    consumer still goes through here, for either."""
     if offsets:
         await app.consumer.seek_wait(offsets)
 
@@ -326,7 +343,7 @@ def rejoin_when_topics_appear(app: faust.App, retry_s: float = METADATA_RETRY_S)
     topic"). aiokafka rejoins when the leader's metadata of the subscribed topics changes,
     but only refreshes metadata every ``consumer_metadata_max_age_ms`` (5 minutes): the whole
     group held no partition that long (RELIABILITY.md, run 03195910a1). The assignor's
-    ``assign`` (run by aiokafka's coordinator, on the consumer thread's loop) is wrapped:
+    ``assign`` (run by aiokafka's coordinator, on the consumer's loop) is wrapped:
     with a topic missing, a task forces a metadata update every ``retry_s`` until every
     missing topic is known; that update is what makes aiokafka rejoin and assign again."""
     assignor: Any = app.assignor
@@ -372,13 +389,13 @@ async def refresh_until_known(
 def group_member(app: faust.App) -> bool:
     """Whether the group coordinator still knows this process's consumer as a member.
 
-    aiokafka resets its member id (``GroupCoordinator.member_id``, on the consumer thread)
+    aiokafka resets its member id (``GroupCoordinator.member_id``, on the consumer's loop)
     to ``JoinGroupRequest.UNKNOWN_MEMBER_ID`` (the empty string) when the coordinator
     answers that it does not recognize the member or its generation (its session expired:
     the process stalled, or the broker was unreachable, for longer than the session
     timeout), when it leaves the group, and before its first join; the next JoinGroup
     response brings a new id. Until the consumer has started there is no coordinator:
-    no member either. A plain attribute read, from any thread."""
+    no member either. A plain attribute read (from any thread, with the consumer thread on)."""
     consumer = getattr(app.consumer._thread, "_consumer", None)  # type: ignore[attr-defined]
     coordinator = getattr(consumer, "_coordinator", None)
     return coordinator is not None and coordinator.member_id != UNKNOWN_MEMBER_ID

@@ -52,7 +52,7 @@ def resume_from_stored_positions(
                 # auto_offset_reset (earliest) then moves to the first record there is.
                 offsets[tp] = 0
                 log.info("%s[%d]: no stored position; starting at the earliest record", *tp)
-        # On the consumer's thread, all at once (faust_seam.seek_and_wait says why).
+        # Through the consumer's method queue, all at once (faust_seam.seek_and_wait says why).
         await seek_and_wait(app, offsets)
 
     after_seek_to_committed(app, seek_to_stored)

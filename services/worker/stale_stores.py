@@ -175,7 +175,8 @@ def judge_stores_on_assignment(app: faust.App, currency: Currency) -> None:
             as_of = currency.as_of.pop(one.path, None)
             if as_of is None or now - as_of > currency.max_age:
                 _close(one)
-                _remove(one.path)
+                # In a thread: the loop it would hold runs the consumer's heartbeats.
+                await asyncio.to_thread(_remove, one.path)
                 reason = (
                     "not known to be current"
                     if as_of is None

@@ -11,7 +11,7 @@ ids.
 
 Why not ``opentelemetry-instrumentation-aiokafka``: it wraps ``AIOKafkaConsumer.getone`` and
 ``getmany`` and ``AIOKafkaProducer.send``. The worker's records reach its agents through
-Faust's consumer thread and stream buffers, and are decided in batches of up to
+Faust's consumer and stream buffers, and are decided in batches of up to
 SAGALINE_BATCH_SIZE records of many sagas (services/worker/batching.py): a span around a
 ``getmany`` would cover a fetch of many traces, not one saga's step, and the producer span it
 adds to ``send`` would be current-context-less on the batch's publish (the batch sends once

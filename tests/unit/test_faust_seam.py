@@ -170,3 +170,21 @@ def test_a_service_thread_on_the_app_loop_runs_there_and_leaves_other_tasks_alon
     threads_before = threading.active_count()
     asyncio.run(asyncio.wait_for(scenario(), 10))
     assert threading.active_count() == threads_before
+
+
+class _FailingStop(QueueServiceThread):
+    async def on_thread_stop(self) -> None:
+        raise RuntimeError("the client would not close")
+
+
+def test_a_service_on_the_app_loop_that_fails_while_stopping_does_not_hold_its_stop() -> None:
+    """mode's thread signals the shutdown when its body raises; so must the task, or the
+    stop would wait its whole shutdown timeout (60 s) for a signal that never comes."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        probe = _FailingStop(loop=loop, thread_loop=loop, Worker=faust_seam.OnTheAppLoop)
+        await probe.start()
+        await probe.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
