@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     # kept for a deployment whose sagas hold the loop for seconds.
     consumer_thread: bool = Field(
         False,
-        description="Run Faust's Kafka consumer in a thread of its own with a second event loop (Faust's design), instead of on the worker's event loop: on, heartbeats go on while a decision holds the loop for seconds, at about a seventh more worker CPU below full load (BENCHMARKS.md, issue 27)",
+        description="Run Faust's Kafka consumer in a thread of its own with a second event loop (Faust's design), instead of on the worker's event loop: on, heartbeats go on while a decision holds the loop for seconds, at about a tenth more worker CPU below full load (BENCHMARKS.md, issue 27, lever 4)",
     )
     # 0 since the fault harness found a store unlike its changelog after a rebalance with
     # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.
