@@ -163,7 +163,10 @@ def test_a_service_thread_on_the_app_loop_runs_there_and_leaves_other_tasks_alon
 
         assert await probe.call_thread(where) == threading.get_ident()
         await probe.stop()
-        assert probe._thread is not None and not probe._thread.is_alive()
+        # The stop returns at the body's shutdown signal; the body's last steps follow.
+        assert probe._thread is not None and probe._thread.task is not None
+        await asyncio.wait_for(probe._thread.task, 5)
+        assert not probe._thread.is_alive()
         assert not other.done()
         other.cancel()
 
