@@ -43,11 +43,17 @@ class Service:
     """``python -m sagaline.cli <command>`` as a real process that faults can hit."""
 
     def __init__(
-        self, command: str, env: dict[str, str], log_dir: Path, name: str | None = None
+        self,
+        command: str,
+        env: dict[str, str],
+        log_dir: Path,
+        name: str | None = None,
+        argv: list[str] | None = None,
     ) -> None:
         self.command = command
         self.name = name or command
         """Which one it is (``worker2`` among several workers); names its logs."""
+        self.argv = argv or [sys.executable, "-m", "sagaline.cli", command]
         self.env = env
         self.log_dir = log_dir
         self.proc: subprocess.Popen[bytes] | None = None
@@ -57,13 +63,25 @@ class Service:
         """True while a fault holds it down: the supervisor must not count that as a crash."""
         self.stopped = False
         """True while SIGSTOPped."""
+        self._starting = threading.Lock()
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start it unless it runs; False when it ran. Several parties restart a dead
+        service (the supervisor, a fault's own restart, the cycle's last check that all are
+        up), each from a thread of its own: without the lock two of them saw the same death
+        and started two processes on one data directory (RELIABILITY.md)."""
+        with self._starting:
+            if self.alive():
+                return False
+            self._spawn()
+            return True
+
+    def _spawn(self) -> None:
         self.starts += 1
         self.log = self.log_dir / f"{self.name}-{self.starts}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sagaline.cli", self.command],
+                self.argv,
                 env=self.env,
                 cwd=REPO,
                 stdout=out,
