@@ -144,6 +144,14 @@ class Settings(BaseSettings):
         False,
         description="Run Faust's Kafka consumer in a thread of its own with a second event loop (Faust's design), instead of on the worker's event loop: on, heartbeats go on while a decision holds the loop for seconds, at about a tenth more worker CPU below full load (BENCHMARKS.md, issue 27, lever 4)",
     )
+    # A minute: far beyond a batch's time or a deadline index rebuild, short of an operator
+    # noticing from the lag panel alone; a rebalance restarts the clock (a new owner reads
+    # its changelogs before it processes anything).
+    stall_after_s: float = Field(
+        60.0,
+        gt=0,
+        description="An owned input partition with records waiting that has not moved for this long is logged once as stalled (ERROR), once when it moves again, and counted in sagaline_worker_stalled_partitions (services/worker/stalls.py)",
+    )
     # 0 since the fault harness found a store unlike its changelog after a rebalance with
     # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.
     store_every_ms: int = Field(

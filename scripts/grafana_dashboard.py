@@ -190,9 +190,16 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                             "{{topic}}[{{partition}}]",
                         )
                     ],
-                    width=WIDTH,
+                    width=16,
                     description="End offset less the position the worker stored; growing: "
                     "a worker behind or stuck.",
+                ),
+                _panel(
+                    "Stalled partitions",
+                    [("sum(sagaline_worker_stalled_partitions)", "stalled")],
+                    kind="stat",
+                    description="Input partitions with records waiting that have not moved "
+                    "for SAGALINE_STALL_AFTER_S; each is logged as `stalled:` by its worker.",
                 ),
             ],
         ),

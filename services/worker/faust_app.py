@@ -49,6 +49,7 @@ from services.worker.resume import reseek_overdue_gaps, resume_from_stored_posit
 from services.worker.rocksdb_budget import BUDGET_OPTION, MemoryBudget, store_url
 from services.worker.runner import ProcessRunner
 from services.worker.stale_stores import MAX_AGE, Currency, judge_stores_on_assignment
+from services.worker.stalls import register_stall_check
 from services.worker.tracing import StepTracing
 
 __all__ = ["MIB", "FaustTable", "_send_ticks", "create_app"]
@@ -121,6 +122,8 @@ def create_app(
     # aiokafka never drains every partition because Faust's set of active ones is empty.
     faust_seam.fetch_only_active_partitions()
     faust_seam.report_dropped_records()
+    # Its checks are wrong for the worker; services/worker/stalls.py is the worker's own.
+    faust_seam.quiet_faust_livelock_detector()
     # A leader that assigned without a topic's metadata asks for it until it has it.
     faust_seam.rejoin_when_topics_appear(app)
     if settings.store == "rocksdb":  # a store that may have missed tombstones is not reopened
@@ -143,6 +146,7 @@ def create_app(
     reseek_overdue_gaps(app, consumers)
     register_deadline_timer(app, settings, runners)
     register_metrics(app, settings, metrics, runners)
+    register_stall_check(app, consumers, settings.stall_after_s, metrics.prom.stalled.set)
     return app, runners
 
 

@@ -880,3 +880,24 @@ class SignalHookedWorker(faust.Worker):
     def _on_sigint(self) -> None:
         self.before_signal(signal.SIGINT)
         super()._on_sigint()
+
+
+FAUST_VERIFY_ALL = Consumer.verify_all_partitions_active
+"""Faust's livelock detector's check, as it was before :func:`quiet_faust_livelock_detector`."""
+
+
+async def _judge_nothing(self: Any) -> None:
+    """No partition judged: see :func:`quiet_faust_livelock_detector`."""
+
+
+def quiet_faust_livelock_detector() -> None:
+    """Turn Faust's livelock detector's checks off: every Faust consumer of the process.
+
+    Its task (``Consumer._commit_livelock_detector``) calls ``verify_all_partitions_active``
+    every 2.5 commit intervals, outside rebalances, and logs an ERROR per partition that has
+    no Kafka-committed offset for a while, or no fetch or no processed record since the
+    *worker's* start. The worker's positions are in its tables (not Kafka's committed
+    offsets), and a partition handed over an hour after the start is read from its
+    changelogs first: the errors came in the hundreds with nothing wrong. The worker's own
+    check is services/worker/stalls.py."""
+    Consumer.verify_all_partitions_active = _judge_nothing  # type: ignore[method-assign]

@@ -115,6 +115,10 @@ class InputPositions:
         """After a rebalance: positions are read again from the (recovered) table."""
         self._partitions.clear()
 
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The next offset to process on a partition (None: none processed, none stored)."""
+        return self._current((topic, partition)).expected
+
     def plan(self, records: Iterable[Positioned], now: float) -> Plan:
         after: dict[tuple[str, int], _Partition] = {}
         verdicts: list[Verdict] = []

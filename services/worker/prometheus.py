@@ -76,6 +76,12 @@ class WorkerPrometheus:
             ["topic", "partition"],
             registry=r,
         )
+        self.stalled = Gauge(
+            "sagaline_worker_stalled_partitions",
+            "Owned input partitions with records waiting that have not moved for "
+            "SAGALINE_STALL_AFTER_S (services/worker/stalls.py)",
+            registry=r,
+        )
         r.register(GcCollector())
         for saga in SAGA_TYPES:  # every series exists from the start, at zero
             self.sagas_started.labels(saga.entity_type)

@@ -191,3 +191,27 @@ def test_a_service_on_the_app_loop_that_fails_while_stopping_does_not_hold_its_s
         await probe.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+async def test_fausts_livelock_detector_judges_no_partition_of_the_worker() -> None:
+    """Its checks (committed offsets, fetches and records timed from the worker's start)
+    are wrong for the worker; its own check is services/worker/stalls.py."""
+    from faust.transport.consumer import Consumer
+
+    judged: list[TP] = []
+
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    consumer = SimpleNamespace(
+        assignment=lambda: {TP("t", 0), TP("t", 1)},
+        sleep=sleep,
+        should_stop=False,
+        verify_event_path=lambda now, tp: judged.append(tp),
+    )
+    await faust_seam.FAUST_VERIFY_ALL(consumer)  # Faust's: every partition judged
+    assert sorted(judged) == [TP("t", 0), TP("t", 1)]
+    judged.clear()
+    faust_seam.quiet_faust_livelock_detector()
+    await Consumer.verify_all_partitions_active(consumer)  # type: ignore[arg-type]
+    assert judged == []

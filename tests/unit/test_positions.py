@@ -211,3 +211,13 @@ async def test_a_decision_whose_message_kafka_would_refuse_is_dead_lettered_not_
     replies = [Envelope.decode(v).type for t, _, v in kafka.sent if t == "t.order-saga"]
     assert replies == ["ledger.CapacitySet", "ledger.Reserved"]
     assert table.positions == {("t.inventory", 0): 3}
+
+
+def test_the_next_offset_is_the_stored_one_until_records_move_it() -> None:
+    positions = InputPositions(lambda topic, partition: 10 if partition == 0 else None)
+    assert positions.next_offset("t", 0) == 10
+    assert positions.next_offset("t", 1) is None
+    run(positions, offsets(10, 11))
+    assert positions.next_offset("t", 0) == 12
+    run(positions, offsets(14))  # past a gap: still expects 12
+    assert positions.next_offset("t", 0) == 12

@@ -1,0 +1,157 @@
+"""Input partitions that have records waiting and do not move: the worker's own stall check.
+
+Faust's livelock detector is off in the worker (``faust_seam.quiet_faust_livelock_detector``):
+its three checks are wrong for Sagaline. It reports a partition "not committed" when Faust
+has not committed its offset, but the worker's positions live in its tables, not in Kafka's
+committed offsets; and it times "no fetch request" and "stream not started" from the
+worker's start, so every partition a rebalance hands over after the first minutes is
+reported at once, while its changelogs are still being read. A soak logged over a thousand
+such errors with nothing wrong.
+
+What an operator needs instead: which partition has records waiting (its end offset beyond
+the next offset to process) and has not moved for ``after_s``. It is logged once when it
+begins and once when it moves again, and counted in ``sagaline_worker_stalled_partitions``.
+A rebalance or recovery restarts every clock (a new owner reads its changelogs first).
+
+A partition whose last offsets are a transactional producer's commit markers (or an aborted
+transaction's records) also stays "behind" by those offsets with nothing to process: it is
+reported once, with how many offsets it is behind, after ``after_s`` of quiet.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from services.worker.agents import Batched
+from services.worker.faust_seam import changing_hands
+
+log = logging.getLogger(__name__)
+
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Stall:
+    topic: str
+    partition: int
+    position: int | None
+    """The next offset to process (None: none processed yet, the partition's first)."""
+    end: int
+    """The partition's end offset as last fetched."""
+    since_s: float
+    """How long it has been behind at ``position``."""
+
+
+@dataclass
+class _Watched:
+    position: int | None
+    since: float
+    reported: bool = False
+
+
+class StallWatch:
+    """Pure: fed the positions and end offsets of the partitions owned now, says which began
+    to stall (behind and unmoved for ``after_s``) and which moved again after a stall."""
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+        self._watched: dict[Partition, _Watched] = {}
+
+    @property
+    def stalled(self) -> int:
+        return sum(w.reported for w in self._watched.values())
+
+    def forget(self) -> None:
+        self._watched.clear()
+
+    def observe(
+        self, now: float, owned: Mapping[Partition, tuple[int | None, int | None]]
+    ) -> tuple[list[Stall], list[Partition]]:
+        """``owned``: per partition, (next offset to process, end offset); an end of None
+        (nothing fetched yet) is not judged. Returns (stalls begun, partitions moving again)."""
+        begun: list[Stall] = []
+        moving: list[Partition] = []
+        for tp in self._watched.keys() - owned.keys():
+            del self._watched[tp]
+        for tp, (position, end) in owned.items():
+            behind = end is not None and (position is None or position < end)
+            seen = self._watched.get(tp)
+            if seen is None or seen.position != position or not behind:
+                if seen is not None and seen.reported:
+                    moving.append(tp)
+                self._watched[tp] = _Watched(position, now)
+                continue
+            if not seen.reported and now - seen.since >= self.after_s:
+                seen.reported = True
+                assert end is not None
+                begun.append(Stall(tp[0], tp[1], position, end, now - seen.since))
+        return begun, moving
+
+
+def describe(stall: Stall) -> str:
+    at = "its first record" if stall.position is None else f"offset {stall.position}"
+    waiting = stall.end - (stall.position or 0)
+    return (
+        f"{stall.topic}[{stall.partition}]: {waiting} offset(s) waiting and not moved from "
+        f"{at} for {stall.since_s:.0f} s (end {stall.end}); the partition's records are not "
+        "being processed"
+    )
+
+
+def register_stall_check(
+    app: faust.App,
+    consumers: Iterable[Batched],
+    after_s: float,
+    count: Callable[[int], None],
+) -> StallWatch:
+    """Every tenth of ``after_s`` (at least each second), :func:`check_stalls`."""
+    by_topic = {topic: c for c in consumers for topic in c.input_topics}
+    watch = StallWatch(after_s)
+
+    @app.timer(interval=max(1.0, after_s / 10))  # type: ignore[untyped-decorator]
+    async def check() -> None:
+        try:
+            check_stalls(app, by_topic, watch, count)
+        except Exception:  # an exception out of a timer would end it
+            log.exception("the stall check failed; trying again at its next turn")
+
+    return watch
+
+
+def check_stalls(
+    app: Any, by_topic: Mapping[str, Batched], watch: StallWatch, count: Callable[[int], None]
+) -> None:
+    """Feed ``watch`` the owned input partitions; log what begins and ends; ``count`` gets
+    how many are stalled now. Mid-rebalance or recovery every clock restarts."""
+    if changing_hands(app):
+        watch.forget()
+        count(0)
+        return
+    owned = {
+        (tp.topic, tp.partition): (
+            by_topic[tp.topic].positions.next_offset(tp.topic, tp.partition),
+            _end(app, tp),
+        )
+        for tp in app.consumer.assignment()
+        if tp.topic in by_topic
+    }
+    begun, moving = watch.observe(app.loop.time(), owned)
+    for stall in begun:
+        log.error("stalled: %s", describe(stall))
+    for topic, partition in moving:
+        log.info("%s[%d]: moving again after a stall", topic, partition)
+    count(watch.stalled)
+
+
+def _end(app: Any, tp: Any) -> int | None:
+    """The partition's end offset as the consumer last fetched it (no request)."""
+    try:
+        end = app.consumer.highwater(tp)
+    except Exception:  # not assigned any more (a rebalance began): not judged this time
+        return None
+    return None if end is None else int(end)
