@@ -16,7 +16,7 @@ from services.worker.batching import take_queued
 from services.worker.faust_seam import changing_hands
 from services.worker.metrics import Metrics
 from services.worker.positions import InputPositions
-from services.worker.runner import Incoming, Table
+from services.worker.runner import FirstOffset, Incoming, Table
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,9 @@ class Batched(Protocol):
     metrics: Metrics
     table: Table
     positions: InputPositions
+
+    @property
+    def first_offset(self) -> FirstOffset: ...
 
     @property
     def name(self) -> str: ...

@@ -3,6 +3,7 @@ of its own for seeks over gaps."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import faust
@@ -53,8 +54,15 @@ class OffsetProbe:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._consumer: AIOKafkaConsumer | None = None
+        # One question at a time: a seek back and the stall check (stalls.py) both ask,
+        # and each assigns, seeks and reads the one consumer.
+        self._asking = asyncio.Lock()
 
     async def first_at_or_after(self, topic: str, partition: int, offset: int) -> int | None:
+        async with self._asking:
+            return await self._first_at_or_after(topic, partition, offset)
+
+    async def _first_at_or_after(self, topic: str, partition: int, offset: int) -> int | None:
         if self._consumer is None:
             self._consumer = AIOKafkaConsumer(
                 **aiokafka_options(self._settings),

@@ -94,7 +94,9 @@ async def _run_orders(stack: Stack) -> dict[str, str]:
 
 
 async def test_worker_projector_and_api_metrics_after_a_few_sagas(tmp_path: Path) -> None:
-    settings = isolated_settings(tmp_path, step_timeout_s=3.0, worker_memory_metrics=True)
+    settings = isolated_settings(
+        tmp_path, step_timeout_s=3.0, worker_memory_metrics=True, stall_after_s=1.0
+    )
     with fresh_database("postgresql", tmp_path) as url, read_engine(url) as engine:
         async with running_stack(settings, tmp_path) as stack:
             projector = ProjectorProcess(
@@ -158,6 +160,9 @@ async def _check(stack: Stack, settings: Settings) -> None:
     lag = {ls for (n, ls) in worker if n == "sagaline_worker_lag_records"}
     # every partition of every process topic the worker reads (CDC off: not the correlator's)
     assert len(lag) == settings.partitions * len(running_channels(settings.cdc_enabled))
+    # Everything is processed, dead-lettered or skipped as a duplicate: no partition is
+    # stalled, though each was checked every second against a 1 s threshold.
+    assert value(worker, "sagaline_worker_stalled_partitions") == 0
     # The garbage collector as the worker command set it (runtime/gc_tuning.py).
     assert value(worker, "sagaline_gc_threshold") == settings.gc_threshold != 700
     assert value(worker, "sagaline_gc_frozen_objects") > 10_000
