@@ -38,6 +38,7 @@ from services.worker.deadline_timer import register_deadline_timer
 from services.worker.deadline_timer import send_ticks as _send_ticks
 from services.worker.deadlines import HORIZON, DeadlineIndex
 from services.worker.faust_table import FaustTable
+from services.worker.fetch_planner import use_fast_fetch_planner
 from services.worker.fetch_sessions import use_fetch_sessions
 from services.worker.ingest import DebeziumIngest
 from services.worker.kafka_ports import KafkaPorts
@@ -112,7 +113,9 @@ def create_app(
     if not settings.consumer_thread:
         faust_seam.consumer_on_the_app_loop(app)
     if settings.fetch_sessions:
-        use_fetch_sessions()
+        use_fetch_sessions()  # planned by fetch_planner.plan_actions, as without them
+    else:
+        use_fast_fetch_planner()
     # A dead worker's partitions go to their standbys' workers, past Faust's balance cap.
     promote_orphans_past_capacity()
     # A standby's first changelog fetch survives the recovery's last resume of flow.
