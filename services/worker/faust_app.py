@@ -149,7 +149,13 @@ def create_app(
     reseek_overdue_gaps(app, consumers)
     register_deadline_timer(app, settings, runners)
     register_metrics(app, settings, metrics, runners)
-    register_stall_check(app, consumers, settings.stall_after_s, metrics.prom.stalled.set)
+    register_stall_check(
+        app,
+        consumers,
+        settings.stall_after_s,
+        metrics.prom.stalled.set,
+        judge_unstarted=settings.start_without_position == "earliest",
+    )
     return app, runners
 
 

@@ -66,8 +66,13 @@ class StallWatch:
     have stalled (behind and unmoved for ``after_s``: the caller asks the broker, then
     :meth:`confirm` or :meth:`nothing_waits`) and which moved again after a stall."""
 
-    def __init__(self, after_s: float) -> None:
+    def __init__(self, after_s: float, judge_unstarted: bool = True) -> None:
         self.after_s = after_s
+        self.judge_unstarted = judge_unstarted
+        """Whether a partition with no position (nothing processed, none stored) is judged
+        from offset 0: so when the worker starts such a partition at its earliest record,
+        not when it starts at the group's committed offset (SAGALINE_START_WITHOUT_POSITION),
+        below which records wait that the worker will never process."""
         self._watched: dict[Partition, _Watched] = {}
 
     @property
@@ -87,7 +92,8 @@ class StallWatch:
         for tp in self._watched.keys() - owned.keys():
             del self._watched[tp]
         for tp, (position, end) in owned.items():
-            behind = end is not None and (position or 0) < end
+            started = position is not None or self.judge_unstarted
+            behind = started and end is not None and (position or 0) < end
             seen = self._watched.get(tp)
             if seen is None or seen.position != position or not behind:
                 if seen is not None and seen.reported:
@@ -131,6 +137,7 @@ def register_stall_check(
     consumers: Iterable[Batched],
     after_s: float,
     count: Callable[[int], None],
+    judge_unstarted: bool = True,
 ) -> StallWatch:
     """Every tenth of ``after_s`` (at least each second), :func:`check_stalls`."""
     by_topic = {
@@ -138,7 +145,7 @@ def register_stall_check(
         for c in consumers
         for topic in c.input_topics
     }
-    watch = StallWatch(after_s)
+    watch = StallWatch(after_s, judge_unstarted)
 
     @app.timer(interval=max(1.0, after_s / 10))  # type: ignore[untyped-decorator]
     async def check() -> None:

@@ -137,3 +137,13 @@ async def test_a_broker_that_does_not_answer_leaves_the_partition_to_the_next_tu
     for app.now in (0, 10, 11):
         await check_stalls(app, watched, watch, counts.append)
     assert counts == [0, 0, 1] and answers == []
+
+
+def test_a_partition_started_at_the_committed_offset_is_judged_once_it_has_a_position() -> None:
+    """With SAGALINE_START_WITHOUT_POSITION=committed the records below the group's offset
+    are never processed: a partition with no position is not judged from offset 0."""
+    watch = StallWatch(after_s=10, judge_unstarted=False)
+    for t in (0, 10, 20):
+        assert watch.observe(t, {P: (None, 40)}) == ([], [])
+    watch.observe(21, {P: (40, 45)})
+    assert len(watch.observe(31, {P: (40, 45)})[0]) == 1
