@@ -72,7 +72,7 @@ from faust.stores.rocksdb import RocksDBOptions  # noqa: E402
 from faust.stores.rocksdb import Store as RocksDBStore  # noqa: E402
 from faust.streams import _current_event  # noqa: E402
 from faust.tables.recovery import Recovery  # noqa: E402
-from faust.transport.consumer import Consumer  # noqa: E402
+from faust.transport.consumer import Consumer, ThreadDelegateConsumer  # noqa: E402
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
 from faust.types import TP, AppT, CollectionT  # noqa: E402
 from mode.services import WaitResults  # noqa: E402
@@ -884,10 +884,16 @@ class SignalHookedWorker(faust.Worker):
 
 FAUST_VERIFY_ALL = Consumer.verify_all_partitions_active
 """Faust's livelock detector's check, as it was before :func:`quiet_faust_livelock_detector`."""
+FAUST_VERIFY_RECOVERY = ThreadDelegateConsumer.verify_recovery_event_path
+"""The same check of a changelog partition, which Faust's recovery makes while it reads."""
 
 
 async def _judge_nothing(self: Any) -> None:
     """No partition judged: see :func:`quiet_faust_livelock_detector`."""
+
+
+def _judge_no_partition(self: Any, now: float, tp: TP) -> None:
+    """This partition not judged: see :func:`quiet_faust_livelock_detector`."""
 
 
 def quiet_faust_livelock_detector() -> None:
@@ -898,6 +904,10 @@ def quiet_faust_livelock_detector() -> None:
     no Kafka-committed offset for a while, or no fetch or no processed record since the
     *worker's* start. The worker's positions are in its tables (not Kafka's committed
     offsets), and a partition handed over an hour after the start is read from its
-    changelogs first: the errors came in the hundreds with nothing wrong. The worker's own
-    check is services/worker/stalls.py."""
+    changelogs first: the errors came in the hundreds with nothing wrong. Its recovery
+    (``Recovery._verify_remaining``) makes the same fetch check of each changelog partition
+    it reads, timed from the worker's start too: off as well (the recovery's own warnings,
+    timed from the recovery's start, stay). The worker's own check is
+    services/worker/stalls.py."""
     Consumer.verify_all_partitions_active = _judge_nothing  # type: ignore[method-assign]
+    ThreadDelegateConsumer.verify_recovery_event_path = _judge_no_partition  # type: ignore[method-assign]

@@ -215,3 +215,16 @@ async def test_fausts_livelock_detector_judges_no_partition_of_the_worker() -> N
     faust_seam.quiet_faust_livelock_detector()
     await Consumer.verify_all_partitions_active(consumer)  # type: ignore[arg-type]
     assert judged == []
+
+
+def test_fausts_recovery_judges_no_changelog_partition_by_the_workers_start() -> None:
+    from faust.transport.consumer import ThreadDelegateConsumer
+
+    judged: list[TP] = []
+    thread = SimpleNamespace(verify_recovery_event_path=lambda now, tp: judged.append(tp))
+    consumer = SimpleNamespace(_thread=thread)
+    faust_seam.FAUST_VERIFY_RECOVERY(consumer, 0.0, TP("t-changelog", 0))  # type: ignore[arg-type]
+    assert judged == [TP("t-changelog", 0)]  # Faust's: the thread's check, from its start
+    faust_seam.quiet_faust_livelock_detector()
+    ThreadDelegateConsumer.verify_recovery_event_path(consumer, 0.0, TP("t-changelog", 1))  # type: ignore[arg-type]
+    assert judged == [TP("t-changelog", 0)]
