@@ -21,12 +21,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka.cluster import ClusterMetadata
-from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.subscription_state import Assignment
 from aiokafka.structs import TopicPartition
 
 from benchmarks.common import git_rev, machine
 from services.worker.fetch_planner import AIOKAFKA_PLAN, plan_actions
+from tests.unit.test_fetch_planner import fake_fetcher
 
 PARTITIONS = 8
 TOPICS = 8
@@ -45,20 +45,7 @@ def worker_assignment() -> tuple[Any, Assignment]:
         assignment.state_value(tp).seek(1_000)
         if tp.topic.startswith("changelog"):
             assignment.state_value(tp).pause()
-    fetcher = SimpleNamespace(
-        _records={},
-        _in_flight=set(),
-        _preferred_read_replica={},
-        _client=SimpleNamespace(cluster=cluster),
-        _max_partition_fetch_bytes=1_048_576,
-        _fetch_max_wait_ms=500,
-        _fetch_min_bytes=1,
-        _fetch_max_bytes=52_428_800,
-        _isolation_level=0,
-        _client_rack=None,
-        _fetcher_timeout=0.2,
-    )
-    fetcher._select_read_replica = lambda tp: Fetcher._select_read_replica(fetcher, tp)
+    fetcher = fake_fetcher(cluster)
     return fetcher, assignment
 
 

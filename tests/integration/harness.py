@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import SecretStr
 
 from faults import checks
@@ -55,6 +56,21 @@ PREFIXES: list[str] = []
 """Every prefix :func:`isolated_settings` gave out: tests/conftest.py deletes their topics
 after each test module, so the local broker does not gather partitions run after run (at
 ~20,000 its log directory runs out of file handles and the broker stops)."""
+
+
+async def scratch_topic(name: str, partitions: int) -> str:
+    """A new topic ``t<run>.<name>`` on the local broker (deleted with the test module's
+    topics, :data:`PREFIXES`), for a test of Kafka's own behaviour outside Sagaline's."""
+    run = uuid.uuid4().hex[:8]
+    PREFIXES.append(f"t{run}")
+    topic = f"t{run}.{name}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    return topic
 
 
 def isolated_settings(tmp: Path, **overrides: Any) -> Settings:

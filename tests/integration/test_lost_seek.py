@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tests.integration.harness import BOOTSTRAP, PREFIXES
+from tests.integration.harness import BOOTSTRAP, scratch_topic
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,15 +35,7 @@ async def test_with_the_workers_read_offsets_the_first_seek_back_takes(tmp_path:
 
 async def seeks_back(tmp_path: Path, reads: str) -> list[int]:
     """How many of offsets 0..499 each of the app's two seeks back brought again."""
-    run = uuid.uuid4().hex[:8]
-    PREFIXES.append(f"t{run}")
-    name = f"t{run}.lost-seek"
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 1, 1)])
-    finally:
-        await admin.close()
+    name = await scratch_topic("lost-seek", 1)
     producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, linger_ms=5)
     await producer.start()
     try:

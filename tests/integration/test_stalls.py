@@ -6,18 +6,16 @@ consumer ever sees, so "end offset > position" alone would call it stalled for e
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from faust.types import TP
 
 from services.worker.kafka_ports import OffsetProbe
 from services.worker.stalls import StallWatch, Watched, check_stalls
-from tests.integration.harness import BOOTSTRAP, PREFIXES, isolated_settings
+from tests.integration.harness import BOOTSTRAP, isolated_settings, scratch_topic
 
 pytestmark = [pytest.mark.integration]
 
@@ -25,15 +23,7 @@ pytestmark = [pytest.mark.integration]
 async def test_a_record_past_the_position_stalls_and_a_commit_marker_does_not(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = uuid.uuid4().hex[:8]
-    PREFIXES.append(f"t{run}")
-    topic = f"t{run}.stalls"
-    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        await admin.close()
+    topic = await scratch_topic("stalls", 2)
     plain = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all")
     await plain.start()
     try:
@@ -41,7 +31,7 @@ async def test_a_record_past_the_position_stalls_and_a_commit_marker_does_not(
             await plain.send_and_wait(topic, b"r%d" % i, partition=0)
     finally:
         await plain.stop()
-    txn = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, transactional_id=f"t{run}-txn")
+    txn = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, transactional_id=f"{topic}-txn")
     await txn.start()
     try:
         async with txn.transaction():  # partition 1: offsets 0, 1, and the marker at 2

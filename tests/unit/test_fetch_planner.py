@@ -41,16 +41,31 @@ def fixture(*, taken: bool, in_flight: set[int]) -> tuple[Any, Assignment]:
             assignment.state_value(t).seek(100 + t.partition)
     for p in range(4):
         assignment.state_value(tp("cl", p)).pause()
-    backoffs = {tp("in", 0): 0.05, tp("in", 1): 0.0}
-    fetcher = SimpleNamespace(
-        _records={t: SimpleNamespace(calculate_backoff=lambda b=b: b) for t, b in backoffs.items()}
-        if not taken
-        else {},
-        _in_flight=set(in_flight),
-        _preferred_read_replica={
+    backoffs = {} if taken else {tp("in", 0): 0.05, tp("in", 1): 0.0}
+    fetcher = fake_fetcher(
+        cluster,
+        records={t: SimpleNamespace(calculate_backoff=lambda b=b: b) for t, b in backoffs.items()},
+        in_flight=in_flight,
+        preferred={
             tp("in", 2): (2, time.monotonic() + 60),  # valid: fetched from node 2
             tp("in", 3): (2, time.monotonic() - 1),  # expired: back to the leader
         },
+    )
+    return fetcher, assignment
+
+
+def fake_fetcher(
+    cluster: ClusterMetadata,
+    records: dict[TopicPartition, Any] | None = None,
+    in_flight: set[int] | None = None,
+    preferred: dict[TopicPartition, tuple[int, float]] | None = None,
+) -> Any:
+    """What a planner reads of aiokafka's ``Fetcher``, with aiokafka's read-replica method
+    (also benchmarks/bench_fetch_planner.py's)."""
+    fetcher = SimpleNamespace(
+        _records=records or {},
+        _in_flight=set(in_flight or ()),
+        _preferred_read_replica=preferred or {},
         _client=SimpleNamespace(cluster=cluster),
         _max_partition_fetch_bytes=1_048_576,
         _fetch_max_wait_ms=500,
@@ -61,7 +76,7 @@ def fixture(*, taken: bool, in_flight: set[int]) -> tuple[Any, Assignment]:
         _fetcher_timeout=0.2,
     )
     fetcher._select_read_replica = lambda t: Fetcher._select_read_replica(fetcher, t)
-    return fetcher, assignment
+    return fetcher
 
 
 def outcome(plan: Any, taken: bool, in_flight: set[int]) -> Any:
