@@ -1,14 +1,8 @@
-"""Input partitions that have records waiting and do not move: the worker's own stall check.
+"""Input partitions that have records waiting and do not move: the worker's own stall check,
+in place of Faust's livelock detector (off in the worker, and why:
+``faust_seam.quiet_faust_livelock_detector``).
 
-Faust's livelock detector is off in the worker (``faust_seam.quiet_faust_livelock_detector``):
-its checks are wrong for Sagaline. It reports a partition "not committed" when Faust has
-not committed its offset, but the worker's positions live in its tables, not in Kafka's
-committed offsets; and it times "no fetch request" and "stream not started" from the
-worker's start, so every partition a rebalance hands over after the first minutes is
-reported at once, while its changelogs are still being read. A soak logged over a thousand
-such errors with nothing wrong.
-
-What an operator needs instead: which partition has records waiting past the next offset
+What an operator needs: which partition has records waiting past the next offset
 to process and has not moved for ``after_s``. It is logged once when it begins and once
 when it moves again, and counted in ``sagaline_worker_stalled_partitions``. A rebalance or
 recovery restarts every clock (a new owner reads its changelogs first).
