@@ -126,6 +126,8 @@ class Soak:
     sent_at: dict[str, float] = field(default_factory=dict)
     done: list[tuple[float, float, str, int]] = field(default_factory=list)
     """(sent at, ended at, status, partition) of every soak order that ended."""
+    written: list[tuple[float, int]] = field(default_factory=list)
+    """(written at: the outcome record's timestamp, partition) of the same orders."""
     state: list[dict[str, Any]] = field(default_factory=list)
     """Issue 25's samples: records in the stores and changelogs, SQL rows (--state-s)."""
 
@@ -177,6 +179,7 @@ async def collect_outcomes(tail: EventTail, soak: Soak) -> None:
             outcome = tail.outcomes.pop(order_id)
             partition = soak_state.partition_of(order_id, soak.partitions)
             soak.done.append((soak.sent_at.pop(order_id), outcome.at, outcome.status, partition))
+            soak.written.append((outcome.written_at, partition))
         await asyncio.sleep(1)
 
 
@@ -534,7 +537,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"  {what:<18} Q2 {a:9.1f}  Q4 {b:9.1f}  {p:+6.1f}%")
         await faults
         for event in events:
-            print(soak_faults.describe(event, soak.done, settings.partitions))
+            print(soak_faults.describe(event, soak.done, soak.written, settings.partitions))
         print_state(soak, by_q_of(soak, soak.state), data, events)
         print(f"load      1-min load average after: {os.getloadavg()[0]:.2f}")
         print(f"calibration at the end: {calibration()}")

@@ -3,9 +3,11 @@ measures of each: a worker SIGKILLed (the others and their standbys take its par
 comes back a minute later on its own data directory), and a worker restarted on an empty
 data directory (it recovers its tables from the changelogs).
 
-Each event is timed per partition of the order saga: seconds from the event to the first
-outcome of an order sent after it there (the soak's steady orders cover every partition
-within a second).
+Each event is timed per partition of the order saga in two ways: seconds from the event to
+the first outcome of an order sent after it there, which includes working off the queue that
+gathered while the partition was down (the soak's steady orders cover every partition within
+a second); and seconds to the first outcome written there after it, of any order: when the
+partition was processed again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Event:
     minute: float
     at: float
     """Loop time of the kill or stop."""
+    wall: float = field(default_factory=time.time)
+    """Wall-clock time of the kill or stop (records carry wall-clock timestamps)."""
     restarted_at: float = 0.0
     ready_at: float = 0.0
     """Loop time the restarted worker reported ready."""
@@ -79,18 +83,30 @@ async def empty_restart(worker: Worker, minute: float) -> Event:
     return event
 
 
-def describe(event: Event, done: list[tuple[float, float, str, int]], partitions: int) -> str:
+def describe(
+    event: Event,
+    done: list[tuple[float, float, str, int]],
+    written: list[tuple[float, int]],
+    partitions: int,
+) -> str:
     back = soak_state.back_after(done, event.at)
-    missing = sorted(set(range(partitions)) - set(back))
-    worst = max(back.values()) if back else float("nan")
-    shown = " ".join(f"p{p}={s:.1f}" for p, s in sorted(back.items()))
+    resumed = soak_state.resumed_after(written, event.wall)
     line = (
         f"{event.kind} at minute {event.minute:g}: every partition processing again "
-        f"{worst:.1f} s after it ({shown})"
+        f"{_per_partition(back, partitions)}; resumed (its first outcome written after it, "
+        f"of any order) {_per_partition(resumed, partitions)}"
     )
-    if missing:
-        line += f"; no order processed since on {missing}"
     return "; ".join([line, *event.notes])
+
+
+def _per_partition(seconds: dict[int, float], partitions: int) -> str:
+    """The worst of ``seconds`` and each partition's, and the partitions without any."""
+    worst = max(seconds.values()) if seconds else float("nan")
+    shown = " ".join(f"p{p}={s:.1f}" for p, s in sorted(seconds.items()))
+    text = f"{worst:.1f} s after it ({shown})"
+    if missing := sorted(set(range(partitions)) - set(seconds)):
+        text += f", no order ended since on {missing}"
+    return text
 
 
 WINDOW_AFTER_READY_S = 30.0

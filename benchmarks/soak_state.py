@@ -209,6 +209,20 @@ def back_after(done: Iterable[tuple[float, float, str, int]], at: float) -> dict
     return back
 
 
+def resumed_after(written: Iterable[tuple[float, int]], at_wall: float) -> dict[int, float]:
+    """Per partition, seconds from ``at_wall`` to the first outcome a worker wrote there
+    after it, of any order (sent before it too): when the partition was processed again,
+    without the queue that built up meanwhile. ``written`` holds (written at, partition) of
+    every ended order, wall clock as the records' timestamps (one box, one clock). Only a
+    partition's owner writes its outcomes, so none of a dead worker's partitions shows
+    before another worker has taken it over."""
+    resumed: dict[int, float] = {}
+    for when, partition in written:
+        if when > at_wall:
+            resumed[partition] = min(resumed.get(partition, float("inf")), when - at_wall)
+    return resumed
+
+
 HIGHWATER_ROW = re.compile(r"^\|\s*(\S+-changelog)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|")
 
 

@@ -22,6 +22,9 @@ class Outcome:
     reason: str | None
     at: float
     """Monotonic time when this process saw it."""
+    written_at: float = 0.0
+    """When the worker wrote it (the record's timestamp, wall clock, seconds): unlike ``at``,
+    not delayed by this process's polling or a queue in front of it."""
 
 
 @dataclass
@@ -80,21 +83,21 @@ class EventTail:
                         continue
                     if self.keeps_events:
                         self.events.append(envelope)
-                    self._note_outcome(envelope, loop.time())
+                    self._note_outcome(envelope, loop.time(), record.timestamp / 1000)
 
-    def _note_outcome(self, envelope: Envelope, at: float) -> None:
+    def _note_outcome(self, envelope: Envelope, at: float, written_at: float = 0.0) -> None:
         saga = _BY_ENTITY_TYPE.get(envelope.key.partition(":")[0])
         if saga is not None and envelope.type in _STATUS_EVENTS:
             status = saga.statuses.announced(envelope.type, envelope.payload)
             if status is not None:
                 reason = envelope.payload.get("reason")
                 why = reason if isinstance(reason, str) else None
-                self.statuses[envelope.key] = Outcome(status, why, at)
+                self.statuses[envelope.key] = Outcome(status, why, at, written_at)
         if envelope.type != OrderStatusChanged.TYPE or envelope.saga_id is None:
             return
         change = OrderStatusChanged.model_validate(envelope.payload)
         if change.status in FINAL_STATUSES and envelope.saga_id not in self.outcomes:
-            self.outcomes[envelope.saga_id] = Outcome(change.status, change.reason, at)
+            self.outcomes[envelope.saga_id] = Outcome(change.status, change.reason, at, written_at)
 
     async def wait_for(self, order_ids: Iterable[str], timeout: float) -> dict[str, Outcome]:
         """Outcomes of ``order_ids``; returns what arrived when ``timeout`` runs out."""
