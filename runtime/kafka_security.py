@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.helpers import create_ssl_context
@@ -123,6 +124,12 @@ class KafkaUnreachable(RuntimeError):
     """A client could not start: the sentence says where it went, how, and what the broker
     answered (a refused login, a TLS failure, nothing at all)."""
 
+    def __init__(self, message: str, *, silent: bool = False) -> None:
+        super().__init__(message)
+        self.silent = silent
+        """Nothing answered (refused, closed, timed out): a broker not up yet, which waiting
+        may cure; false when a broker answered and refused (login, TLS, protocol)."""
+
 
 async def unreachable(settings: Settings, exc: BaseException) -> KafkaUnreachable:
     """Why a client failed to start, in a sentence. aiokafka's own error only says "Unable
@@ -131,14 +138,25 @@ async def unreachable(settings: Settings, exc: BaseException) -> KafkaUnreachabl
     how: str = settings.kafka_security_protocol
     if uses_sasl(settings):
         how += f" ({settings.kafka_sasl_mechanism} as user {settings.kafka_sasl_username!r})"
-    reason = await _connection_problem(settings) or (
+    problem = await _connection_problem(settings)
+    reason = problem.reason or (
         f"{_named(exc)} (a connection opens, but requests fail: does this listener want "
         "another SAGALINE_KAFKA_SECURITY_PROTOCOL?)"
     )
-    return KafkaUnreachable(f"cannot use Kafka at {settings.kafka_bootstrap} over {how}: {reason}")
+    return KafkaUnreachable(
+        f"cannot use Kafka at {settings.kafka_bootstrap} over {how}: {reason}",
+        silent=problem.silent,
+    )
 
 
-async def _connection_problem(settings: Settings) -> str:
+@dataclass(frozen=True)
+class _Problem:
+    reason: str
+    """Empty when a connection opened."""
+    silent: bool = False
+
+
+async def _connection_problem(settings: Settings) -> _Problem:
     from aiokafka.conn import create_conn
 
     host, _, port = settings.kafka_bootstrap.split(",")[0].strip().rpartition(":")
@@ -149,7 +167,7 @@ async def _connection_problem(settings: Settings) -> str:
             create_conn(host, int(port), request_timeout_ms=5_000, **options), 10
         )
     except TimeoutError:
-        return "the broker did not answer within 10 s"
+        return _Problem("the broker did not answer within 10 s", silent=True)
     except Exception as exc:
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, ConnectionError | OSError) and not reason.strip():
@@ -159,9 +177,11 @@ async def _connection_problem(settings: Settings) -> str:
             hint = " (wrong user name or password?)"
         elif isinstance(exc, ssl.SSLError):
             hint = " (the broker's certificate, or SAGALINE_KAFKA_SSL_CAFILE?)"
-        return f"{_named(exc, reason)}{hint}"
+        # An SSLError is an OSError too, but a broker answered it.
+        silent = isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and not hint
+        return _Problem(f"{_named(exc, reason)}{hint}", silent=silent)
     conn.close()
-    return ""
+    return _Problem("")
 
 
 def _named(exc: BaseException, text: str | None = None) -> str:

@@ -88,15 +88,17 @@ def worker() -> None:
     import sagas.domains  # noqa: F401  (registers every domain's contracts)
     from runtime.kafka_security import KafkaUnreachable
     from runtime.logformat import dict_config
+    from runtime.startup_wait import when_reachable
     from runtime.topics import TopicMismatch, check_topics
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
     from services.worker.faust_app import create_app
     from services.worker.stale_stores import judge_at_start
 
+    _logging()  # until Faust configures its own: the wait for the broker speaks
     settings = get_settings()
     try:
-        asyncio.run(check_topics(settings))
+        asyncio.run(when_reachable(settings.kafka_startup_wait_s, lambda: check_topics(settings)))
         # Stores that may have missed tombstones go before Faust opens any (the broker asked
         # here, not during a rebalance: services/worker/stale_stores.py).
         currency = asyncio.run(judge_at_start(settings)) if settings.store == "rocksdb" else None

@@ -42,9 +42,10 @@ from readside.migrate import is_migrated
 from readside.store import Fenced
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from runtime import tracing
-from runtime.kafka_security import aiokafka_options, unreachable
+from runtime.kafka_security import KafkaUnreachable, aiokafka_options, unreachable
 from runtime.logformat import log_context
 from runtime.settings import Settings
+from runtime.startup_wait import when_reachable
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
 from services.projector.handover import REVOKE_WAIT_S, Handover, Owned, group_id
@@ -95,6 +96,20 @@ class Projector:
         """Project until ``stop`` is set; the batch in progress completes first."""
         if not await asyncio.to_thread(is_migrated, self.engine):
             raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
+        try:
+            await when_reachable(self.settings.kafka_startup_wait_s, self._start_clients, stop)
+        except KafkaUnreachable as exc:
+            raise ProjectorError(str(exc)) from exc
+        try:
+            await self._subscribe()
+            while not stop.is_set():
+                await self.step()
+        finally:
+            await self._producer.stop()
+            await self._consumer.stop()
+
+    async def _start_clients(self) -> None:
+        """New clients, started (a client whose start failed is not started again)."""
         self._consumer = AIOKafkaConsumer(
             **aiokafka_options(self.settings),
             group_id=group_id(self.settings),
@@ -110,14 +125,7 @@ class Projector:
         except KafkaError as exc:
             await self._producer.stop()
             await self._consumer.stop()
-            raise ProjectorError(str(await unreachable(self.settings, exc))) from exc
-        try:
-            await self._subscribe()
-            while not stop.is_set():
-                await self.step()
-        finally:
-            await self._producer.stop()
-            await self._consumer.stop()
+            raise await unreachable(self.settings, exc) from exc
 
     async def step(self) -> None:
         """One batch (or an idle poll), then housekeeping when it is due."""

@@ -7,6 +7,10 @@ the shared broker is never touched. A clean stop exits 0; a stop that cannot fin
 stopped in the middle of its run and must leave no Spark JVM and no run lock behind.
 ``deploy/local/stop.sh`` (``make stop``) must leave no process of ours behind and never
 touch a pid that is not ours.
+
+Started the other way round -- the worker and projector before the broker -- each waits for
+it (SAGALINE_KAFKA_STARTUP_WAIT_S) and runs once it answers, instead of exiting into a
+crash loop.
 """
 
 from __future__ import annotations
@@ -183,6 +187,56 @@ def test_with_the_broker_up_each_component_stops_cleanly_and_exits_0(
     settings = component_settings(tmp_path)
     processes = start_all(settings, tmp_path)
     assert_clean(sigterm_all(processes))
+
+
+def wait_for_line(process: ServiceProcess, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in process.tail_log(1_000_000):
+        assert process.alive(), f"{process.command} exited:\n{process.tail_log()}"
+        assert time.monotonic() < deadline, f"no {text!r} in {timeout:.0f} s:\n{process.tail_log()}"
+        time.sleep(0.2)
+
+
+def test_started_before_the_broker_the_worker_and_projector_wait_for_it(
+    up: PrivateBroker, tmp_path: Path
+) -> None:
+    settings = component_settings(tmp_path, kafka_startup_wait_s=120.0)
+    up.stop()
+    processes = [ServiceProcess(settings, tmp_path), Projector(settings, tmp_path)]
+    for process in processes:
+        process.ready_marker, marker = None, process.ready_marker
+        process.start()
+        process.ready_marker = marker
+    try:
+        for process in processes:
+            wait_for_line(process, "trying again in", timeout=30)
+        time.sleep(3)  # still waiting, not exited (each has said why it waits)
+        assert all(p.alive() for p in processes)
+        up.start()
+        for process in processes:
+            assert process.ready_marker is not None
+            wait_for_line(process, process.ready_marker, timeout=90)
+        assert_clean(sigterm_all(processes))
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def test_a_worker_gives_up_waiting_for_a_broker_after_the_setting(tmp_path: Path) -> None:
+    settings = isolated_settings(tmp_path, kafka_bootstrap="127.0.0.1:1", kafka_startup_wait_s=2.0)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sagaline.cli", "worker"],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert time.monotonic() - started >= 2.0
+    assert "trying again in 1 s" in output, output
+    assert "refusing to start: cannot use Kafka at 127.0.0.1:1" in output, output
 
 
 class CuttableLink:

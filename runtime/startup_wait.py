@@ -1,0 +1,66 @@
+"""Starting before the broker is up: a worker or projector started beside a broker that is
+not listening yet (a fresh `make run`, a rebooted node, a rollout of both) waits for it, for
+up to SAGALINE_KAFKA_STARTUP_WAIT_S, instead of exiting at once into a crash loop whose
+back-off (Kubernetes doubles it up to five minutes) outlasts the broker's own start.
+
+Only silence is waited out (nothing listening, no answer, a name that does not resolve yet):
+a broker that answers and refuses -- a login, a certificate, the wrong protocol -- will
+refuse again, so that ends the start at once with its sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from runtime.kafka_security import KafkaUnreachable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+FIRST_PAUSE_S = 1.0
+LONGEST_PAUSE_S = 10.0
+"""Pauses double from the first to this: a broker that comes up is seen within 10 s."""
+
+
+async def when_reachable(
+    wait_s: float,
+    start: Callable[[], Awaitable[T]],
+    stop: asyncio.Event | None = None,
+) -> T:
+    """``start()``'s result, retried while it raises a silent :class:`KafkaUnreachable`, for
+    ``wait_s`` seconds; then (or at once, for a refusal) that error goes on. A set ``stop``
+    (SIGTERM while waiting) ends the wait with the last error too."""
+    deadline = time.monotonic() + wait_s
+    pause = FIRST_PAUSE_S
+    while True:
+        try:
+            return await start()
+        except KafkaUnreachable as exc:
+            left = deadline - time.monotonic()
+            if not exc.silent or left <= 0:
+                raise
+            pause = min(pause, left)
+            log.warning(
+                "%s; trying again in %.0f s (SAGALINE_KAFKA_STARTUP_WAIT_S: %.0f s left)",
+                exc,
+                pause,
+                left,
+            )
+            await _sleep(pause, stop)
+            if stop is not None and stop.is_set():
+                raise
+            pause = min(pause * 2, LONGEST_PAUSE_S)
+
+
+async def _sleep(seconds: float, stop: asyncio.Event | None) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

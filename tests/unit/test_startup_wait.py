@@ -1,0 +1,100 @@
+"""Starting before the broker is up (runtime/startup_wait.py): silence is waited out for the
+configured time, a refusal is not, and a stop ends the wait."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from runtime import startup_wait
+from runtime.kafka_security import KafkaUnreachable, unreachable
+from runtime.settings import Settings
+from runtime.startup_wait import when_reachable
+
+
+@pytest.fixture(autouse=True)
+def short_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(startup_wait, "FIRST_PAUSE_S", 0.01)
+    monkeypatch.setattr(startup_wait, "LONGEST_PAUSE_S", 0.02)
+
+
+class Attempts:
+    """A start that fails with ``errors`` in turn, then returns how many attempts it took."""
+
+    def __init__(self, *errors: KafkaUnreachable) -> None:
+        self.errors = list(errors)
+        self.made = 0
+
+    async def __call__(self) -> int:
+        self.made += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.made
+
+
+def silent() -> KafkaUnreachable:
+    return KafkaUnreachable("cannot use Kafka at b:9092: refused", silent=True)
+
+
+async def test_silence_is_waited_out_until_the_broker_answers() -> None:
+    start = Attempts(silent(), silent(), silent())
+    assert await when_reachable(30, start) == 4
+
+
+async def test_a_refusal_ends_the_start_at_once() -> None:
+    refused = KafkaUnreachable("cannot use Kafka at b:9092: wrong password", silent=False)
+    start = Attempts(refused, silent())
+    with pytest.raises(KafkaUnreachable, match="wrong password"):
+        await when_reachable(30, start)
+    assert start.made == 1
+
+
+async def test_the_wait_ends_at_its_limit_with_the_last_reason() -> None:
+    start = Attempts(*[silent() for _ in range(10_000)])
+    began = time.monotonic()
+    with pytest.raises(KafkaUnreachable, match="refused"):
+        await when_reachable(0.3, start)
+    assert 0.3 <= time.monotonic() - began < 2
+    assert start.made > 2
+
+
+async def test_no_wait_configured_exits_at_once() -> None:
+    start = Attempts(silent(), silent())
+    with pytest.raises(KafkaUnreachable):
+        await when_reachable(0, start)
+    assert start.made == 1
+
+
+async def test_a_stop_ends_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(startup_wait, "FIRST_PAUSE_S", 30.0)
+    monkeypatch.setattr(startup_wait, "LONGEST_PAUSE_S", 30.0)
+    stop = asyncio.Event()
+    start = Attempts(*[silent() for _ in range(10)])
+    asyncio.get_running_loop().call_later(0.1, stop.set)
+    began = time.monotonic()
+    with pytest.raises(KafkaUnreachable):
+        await when_reachable(60, start, stop)
+    assert time.monotonic() - began < 5
+    assert start.made == 1
+
+
+async def test_nothing_listening_is_silence() -> None:
+    exc = await unreachable(Settings(kafka_bootstrap="127.0.0.1:1"), RuntimeError("bootstrap"))
+    assert exc.silent
+    assert "ConnectionRefusedError" in str(exc)
+
+
+async def test_a_server_that_answers_but_is_no_broker_is_a_refusal() -> None:
+    async def not_kafka(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(not_kafka, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        exc = await unreachable(Settings(kafka_bootstrap=f"127.0.0.1:{port}"), RuntimeError("x"))
+    assert not exc.silent
+    assert "KafkaConnectionError" in str(exc)
