@@ -123,6 +123,12 @@ def _common_conf(shuffle_partitions: int) -> dict[str, str]:
         "spark.sql.parquet.compression.codec": "uncompressed",
         "spark.shuffle.compress": "false",
         "spark.shuffle.spill.compress": "false",
+        # HotSpot never compiles a method over 8,000 bytes of bytecode (its HugeMethodLimit):
+        # a whole-stage method above that runs interpreted for the whole job (the timeline's
+        # summary, one CASE over every event type, made one of 20 KB: 2-4x the CPU of its
+        # table). Spark's documentation advises this value on HotSpot: such a stage falls
+        # back to per-operator code, split into methods the JIT does compile.
+        "spark.sql.codegen.hugeMethodLimit": "8000",
         # One executor (local mode): no task should wait for a better locality level.
         "spark.locality.wait": "0s",
         # Keep the configured partitions: on a few cores, AQE's coalescing into an odd number
