@@ -260,7 +260,7 @@ class Settings(BaseSettings):
     kafka_startup_wait_s: float = Field(
         60.0,
         ge=0,
-        description="How long a worker or projector started while no broker answers keeps trying (pauses of 1 s doubling to 10 s) before it exits; a broker that answers and refuses (login, TLS) ends the start at once. 0: exit at once",
+        description="How long a worker, projector or API started while no broker answers keeps trying (pauses of 1 s doubling to 10 s) before it exits; a broker that answers and refuses (login, TLS) ends the start at once. 0: exit at once",
     )
     shutdown_grace_s: float = Field(
         8.0,

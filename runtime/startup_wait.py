@@ -1,4 +1,4 @@
-"""Starting before the broker is up: a worker or projector started beside a broker that is
+"""Starting before the broker is up: a worker, projector or API started beside a broker that is
 not listening yet (a fresh `make run`, a rebooted node, a rollout of both) waits for it, for
 up to SAGALINE_KAFKA_STARTUP_WAIT_S, instead of exiting at once into a crash loop whose
 back-off (Kubernetes doubles it up to five minutes) outlasts the broker's own start.

@@ -430,6 +430,12 @@ def _raise_refusals(topic_errors: list[tuple[Any, ...]]) -> None:
         raise TopicMismatch("the broker refused to create " + "; ".join(refused))
 
 
+async def broker_answers(settings: Settings) -> None:
+    """Return once a client could start; :class:`KafkaUnreachable` says why not."""
+    admin = await _started_admin(settings)
+    await admin.close()
+
+
 async def check_topics(settings: Settings, wait_s: float = 10.0) -> None:
     """Raise :class:`TopicMismatch` naming every topic that is missing or mis-partitioned.
 

@@ -119,11 +119,18 @@ def worker() -> None:
 @main.command()
 def api() -> None:
     """Run the REST API (uvicorn)."""
+    from runtime.kafka_security import KafkaUnreachable
+    from runtime.startup_wait import when_reachable
+    from runtime.topics import broker_answers
     from services.api.app import create_api
     from services.api.server import serve, serve_workers
 
     settings = get_settings()
     _logging()
+    try:  # before uvicorn, whose failed start prints a traceback
+        asyncio.run(when_reachable(settings.kafka_startup_wait_s, lambda: broker_answers(settings)))
+    except KafkaUnreachable as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from exc
     own_logging = settings.log_format == "json"
     if settings.api_workers > 1:
         serve_workers(settings, own_logging)  # each process tunes its own collector

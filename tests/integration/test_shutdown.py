@@ -8,8 +8,8 @@ stopped in the middle of its run and must leave no Spark JVM and no run lock beh
 ``deploy/local/stop.sh`` (``make stop``) must leave no process of ours behind and never
 touch a pid that is not ours.
 
-Started the other way round -- the worker and projector before the broker -- each waits for
-it (SAGALINE_KAFKA_STARTUP_WAIT_S) and runs once it answers, instead of exiting into a
+Started the other way round -- the worker, projector and API before the broker -- each waits
+for it (SAGALINE_KAFKA_STARTUP_WAIT_S) and runs once it answers, instead of exiting into a
 crash loop.
 """
 
@@ -197,12 +197,13 @@ def wait_for_line(process: ServiceProcess, text: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def test_started_before_the_broker_the_worker_and_projector_wait_for_it(
+def test_started_before_the_broker_the_worker_projector_and_api_wait_for_it(
     up: PrivateBroker, tmp_path: Path
 ) -> None:
     settings = component_settings(tmp_path, kafka_startup_wait_s=120.0)
     up.stop()
     processes = [ServiceProcess(settings, tmp_path), Projector(settings, tmp_path)]
+    processes.append(Api(settings, tmp_path))
     for process in processes:
         process.ready_marker, marker = None, process.ready_marker
         process.start()
@@ -222,11 +223,20 @@ def test_started_before_the_broker_the_worker_and_projector_wait_for_it(
             process.stop()
 
 
-def test_a_worker_gives_up_waiting_for_a_broker_after_the_setting(tmp_path: Path) -> None:
-    settings = isolated_settings(tmp_path, kafka_bootstrap="127.0.0.1:1", kafka_startup_wait_s=2.0)
+@pytest.mark.parametrize("command", ["worker", "api"])
+def test_a_component_gives_up_waiting_for_a_broker_after_the_setting(
+    tmp_path: Path, command: str
+) -> None:
+    settings = isolated_settings(
+        tmp_path,
+        kafka_bootstrap="127.0.0.1:1",
+        kafka_startup_wait_s=2.0,
+        database_url=f"sqlite:///{tmp_path / 'read.db'}",
+        api_port=free_port(),
+    )
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "sagaline.cli", "worker"],
+        [sys.executable, "-m", "sagaline.cli", command],
         env=settings_env(settings),
         capture_output=True,
         text=True,
@@ -237,6 +247,7 @@ def test_a_worker_gives_up_waiting_for_a_broker_after_the_setting(tmp_path: Path
     assert time.monotonic() - started >= 2.0
     assert "trying again in 1 s" in output, output
     assert "refusing to start: cannot use Kafka at 127.0.0.1:1" in output, output
+    assert "Traceback" not in output, output
 
 
 class CuttableLink:
