@@ -122,6 +122,8 @@ def create_app(
     faust_seam.keep_standby_changelog_on_resume(app)
     # A standby added while a recovery finishes is sought from its start, not crashed on.
     faust_seam.seek_unread_changelogs_from_the_start()
+    # A recovery step that ends as a rebalance lands is redone by the new recovery.
+    faust_seam.no_recovery_step_past_a_rebalance()
     # aiokafka never drains every partition because Faust's set of active ones is empty.
     faust_seam.fetch_only_active_partitions()
     faust_seam.report_dropped_records()

@@ -71,7 +71,7 @@ from faust.stores.memory import Store as MemoryStore  # noqa: E402
 from faust.stores.rocksdb import RocksDBOptions  # noqa: E402
 from faust.stores.rocksdb import Store as RocksDBStore  # noqa: E402
 from faust.streams import _current_event  # noqa: E402
-from faust.tables.recovery import Recovery  # noqa: E402
+from faust.tables.recovery import RebalanceAgain, Recovery  # noqa: E402
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer  # noqa: E402
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
 from faust.types import TP, AppT, CollectionT  # noqa: E402
@@ -425,6 +425,33 @@ def seek_unread_changelogs_from_the_start() -> None:
 
     recovery._seek_offsets = _seek_offsets
     recovery._sagaline_seeks_unbuilt = True
+
+
+def no_recovery_step_past_a_rebalance() -> None:
+    """A recovery step that ends as a rebalance begins is redone, not carried on from.
+
+    ``Recovery._wait`` (faust/tables/recovery.py) races each step of a recovery against
+    ``signal_recovery_start`` and raises ``RebalanceAgain`` only when the signal's waiter is
+    among the finished ones. ``on_rebalance`` sets the signal without yielding, so when a
+    step's waiter finished one turn of the loop before, the recovery resumes with the signal
+    set but its waiter not yet run, and goes on as the old generation with the new one's
+    partitions: "Done reading from changelog topics", "Recovery complete", its standby seeks
+    of the new standby partitions to offsets it never built for them, before the new
+    recovery starts (RELIABILITY.md, defect 16). After each step the signal itself is read.
+    On the class, once."""
+    recovery: Any = Recovery
+    if getattr(recovery, "_sagaline_rechecks_rebalance", False):
+        return
+    wait = recovery._wait
+
+    async def _wait(self: Any, coro: Any, timeout: Any = None) -> None:
+        await wait(self, coro, timeout=timeout)
+        if self.signal_recovery_start.is_set():
+            raise RebalanceAgain()
+
+    recovery._wait = _wait
+    recovery._sagaline_faust_wait = wait
+    recovery._sagaline_rechecks_rebalance = True
 
 
 def keep_standby_changelog_on_resume(app: faust.App) -> None:
