@@ -428,23 +428,30 @@ def seek_unread_changelogs_from_the_start() -> None:
 
 
 def no_recovery_step_past_a_rebalance() -> None:
-    """A recovery step that ends as a rebalance begins is redone, not carried on from.
+    """A recovery that a rebalance interrupts takes no further step: the new one starts over.
 
-    ``Recovery._wait`` (faust/tables/recovery.py) races each step of a recovery against
-    ``signal_recovery_start`` and raises ``RebalanceAgain`` only when the signal's waiter is
-    among the finished ones. ``on_rebalance`` sets the signal without yielding, so when a
-    step's waiter finished one turn of the loop before, the recovery resumes with the signal
-    set but its waiter not yet run, and goes on as the old generation with the new one's
-    partitions: "Done reading from changelog topics", "Recovery complete", its standby seeks
-    of the new standby partitions to offsets it never built for them, before the new
-    recovery starts (RELIABILITY.md, defect 16). After each step the signal itself is read.
-    On the class, once."""
+    ``Recovery._restart_recovery`` (faust/tables/recovery.py) runs each step through
+    ``_wait``, which raises ``RebalanceAgain`` when ``signal_recovery_start`` fires. But the
+    wait for the active changelogs to be read (``signal_recovery_end``) sits in a ``try``
+    whose ``except Exception`` only finishes a tracing span: the ``RebalanceAgain`` is
+    swallowed, and the interrupted recovery goes on as if it were done -- "Done reading from
+    changelog topics", "Recovery complete", then its standby seeks, now of the *new*
+    generation's standby partitions to offsets it never built for them, or its completion
+    callbacks -- before the new recovery starts (RELIABILITY.md, defect 16). So ``_wait``
+    starts no step once the signal is set (the new recovery, which clears it, runs them all
+    again), and gives up a step that ends as it is set (its own check reads the signal's
+    waiter, which may not have run yet). On the class, once."""
     recovery: Any = Recovery
     if getattr(recovery, "_sagaline_rechecks_rebalance", False):
         return
     wait = recovery._wait
 
     async def _wait(self: Any, coro: Any, timeout: Any = None) -> None:
+        if self.signal_recovery_start.is_set():
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()  # never started
+            raise RebalanceAgain()
         await wait(self, coro, timeout=timeout)
         if self.signal_recovery_start.is_set():
             raise RebalanceAgain()

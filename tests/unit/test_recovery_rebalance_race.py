@@ -78,3 +78,22 @@ def faust_wait_restored() -> Any:
     yield
     Recovery._wait = before  # type: ignore[method-assign]
     Recovery._sagaline_rechecks_rebalance = patched  # type: ignore[attr-defined]
+
+
+async def test_no_step_starts_once_a_rebalance_is_signalled() -> None:
+    # Faust swallows the RebalanceAgain of its wait for the active changelogs (an
+    # ``except Exception`` that finishes a span) and goes on to its next steps: the standby
+    # seeks or the completion callbacks. None of them may run.
+    faust_seam.no_recovery_step_past_a_rebalance()
+    steps = Steps(Recovery._wait)
+    steps.signal_recovery_start.set()
+    ran: list[str] = []
+
+    async def seek_standbys() -> None:
+        ran.append("seek")
+
+    step = seek_standbys()
+    with pytest.raises(RebalanceAgain):
+        await steps.wait(steps, step)
+    assert ran == []
+    assert step.cr_frame is None  # closed, not left to warn that it was never awaited
