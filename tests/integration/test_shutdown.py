@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
@@ -223,16 +224,17 @@ def test_started_before_the_broker_the_worker_projector_and_api_wait_for_it(
             process.stop()
 
 
+NOTHING_LISTENS: dict[str, Any] = {"kafka_bootstrap": "127.0.0.1:1", "kafka_startup_wait_s": 2.0}
+"""No broker at all (port 1), and a short wait for one."""
+
+
 @pytest.mark.parametrize("command", ["worker", "api"])
 def test_a_component_gives_up_waiting_for_a_broker_after_the_setting(
     tmp_path: Path, command: str
 ) -> None:
+    database = f"sqlite:///{tmp_path / 'read.db'}"
     settings = isolated_settings(
-        tmp_path,
-        kafka_bootstrap="127.0.0.1:1",
-        kafka_startup_wait_s=2.0,
-        database_url=f"sqlite:///{tmp_path / 'read.db'}",
-        api_port=free_port(),
+        tmp_path, database_url=database, api_port=free_port(), **NOTHING_LISTENS
     )
     started = time.monotonic()
     done = subprocess.run(
