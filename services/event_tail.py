@@ -22,7 +22,7 @@ class Outcome:
     reason: str | None
     at: float
     """Monotonic time when this process saw it."""
-    written_at: float = 0.0
+    written_at: float
     """When the worker wrote it (the record's timestamp, wall clock, seconds): unlike ``at``,
     not delayed by this process's polling or a queue in front of it."""
 
@@ -85,7 +85,7 @@ class EventTail:
                         self.events.append(envelope)
                     self._note_outcome(envelope, loop.time(), record.timestamp / 1000)
 
-    def _note_outcome(self, envelope: Envelope, at: float, written_at: float = 0.0) -> None:
+    def _note_outcome(self, envelope: Envelope, at: float, written_at: float) -> None:
         saga = _BY_ENTITY_TYPE.get(envelope.key.partition(":")[0])
         if saga is not None and envelope.type in _STATUS_EVENTS:
             status = saga.statuses.announced(envelope.type, envelope.payload)
