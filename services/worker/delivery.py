@@ -23,13 +23,12 @@ Faust's race gives it up: it ends when there is room again, which may be after t
 assignment has sought the partition; Faust's loop then raises the partition's read offset
 to the record's. For an input record that is harmless: Faust's read offsets are not read
 for input topics and the runners skip a record they have already seen
-(``faust_seam.deliver_every_input_record``). A changelog record would be applied by the
-recovery before everything the seek fetches again, which would be skipped as seen and
-dropped below the raised read offset (RELIABILITY.md, defect 14: a store missed the
-records between). So a changelog record whose hand-over outlived a rebalance (the consumer's
-generation changed meanwhile) is disowned: its read offset is not kept and the recovery
-drops it (``faust_seam.disown_late_hand_over``). While the flow is suspended, on any other
-consumer, and for every other use of ``wait_first``, Faust's own wait runs unchanged.
+(``faust_seam.deliver_every_input_record``). For a changelog record whose partition's read
+ended meanwhile (services/worker/changelog_reads.py) the raised read offset would make the
+loop drop the records the new read fetches again (RELIABILITY.md, defect 14), so that write
+is not kept (``faust_seam.disown_stale_hand_over``), on either path; the recovery refuses
+the record itself. While the flow is suspended, on any other consumer, and for every other
+use of ``wait_first``, Faust's own wait runs unchanged.
 """
 
 from __future__ import annotations
@@ -41,7 +40,8 @@ from services.worker.faust_seam import (
     FAUST_WAIT_FIRST,
     DrainResults,
     InputReadOffsets,
-    disown_late_hand_over,
+    changelog_reads,
+    disown_stale_hand_over,
     handed_message,
     is_drain_flow_wait,
     replace_consumer_wait_first,
@@ -52,22 +52,21 @@ async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
     """``Consumer.wait_first``: the drain loop's hand-over awaited directly, the rest as Faust."""
     offsets = getattr(self, "_read_offset", None)
     message = handed_message(coros[0]) if len(coros) == 2 else None
+    if message is None or not isinstance(offsets, InputReadOffsets):
+        return await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)
     if (
-        message is not None
-        and timeout is None
-        and isinstance(offsets, InputReadOffsets)
+        timeout is None
         and is_drain_flow_wait(self, coros[1])
         and not self.suspend_flow.is_set()
         and isinstance(coros[0], Coroutine)
     ):
         coros[1].close()  # never started: nothing to cancel
-        generation = self.app.consumer_generation_id
-        result = await coros[0]
-        late = self.app.consumer_generation_id != generation
-        if late and message.topic not in offsets.input_topics:
-            disown_late_hand_over(self, message)
-        return DrainResults([coros[0]], [result], False)
-    return await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)
+        results = DrainResults([coros[0]], [await coros[0]], False)
+    else:
+        results = await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)
+    if changelog_reads(self).is_stale(message):
+        disown_stale_hand_over(self, message)
+    return results
 
 
 def install() -> None:

@@ -15,13 +15,14 @@ import asyncio
 import logging
 import signal
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from aiokafka.consumer.subscription_state import TopicPartitionState
 from aiokafka.protocol.group import JoinGroupRequest
 from packaging.specifiers import SpecifierSet
 from yarl import URL
@@ -76,6 +77,8 @@ from faust.transport.consumer import Consumer, ThreadDelegateConsumer  # noqa: E
 from faust.transport.drivers import aiokafka as faust_aiokafka  # noqa: E402
 from faust.types import TP, AppT, CollectionT  # noqa: E402
 from mode.services import WaitResults  # noqa: E402
+
+from services.worker.changelog_reads import ChangelogReads, Read  # noqa: E402
 
 UNKNOWN_MEMBER_ID: str = JoinGroupRequest.UNKNOWN_MEMBER_ID
 """The member id aiokafka holds while the group does not know its consumer."""
@@ -235,54 +238,95 @@ class InputReadOffsets(dict[TP, int | None]):
 
     def disown(self, tp: TP, offset: int) -> None:
         """The delivery loop's next write of ``offset`` for ``tp`` is not kept (see
-        :func:`disown_late_hand_over`)."""
+        :func:`disown_stale_hand_over`)."""
         self._disowned[tp] = offset
 
 
-class DisownedRecords:
-    """Changelog records handed over across a rebalance, which Faust's recovery must not
-    apply (:func:`disown_late_hand_over`): known by identity, since the seek that follows
-    fetches a record of the same partition and offset again, and that one is applied. A
-    record cleared from the queue before the recovery took it stays listed until the oldest
-    are let go (``LIMIT``): a few per rebalance at most."""
-
-    LIMIT = 1024
-
-    def __init__(self) -> None:
-        self._records: dict[int, Any] = {}
-
-    def add(self, message: Any) -> None:
-        if len(self._records) >= self.LIMIT:
-            del self._records[next(iter(self._records))]
-        self._records[id(message)] = message  # held: its id cannot be reused meanwhile
-
-    def take(self, message: Any) -> bool:
-        """Whether ``message`` was disowned (and forget it)."""
-        if self._records.get(id(message)) is message:
-            del self._records[id(message)]
-            return True
-        return False
+def count_partition_reads() -> None:
+    """Number the reads of each partition on aiokafka's ``TopicPartitionState`` (one per
+    partition and assignment): every ``seek``, ``reset_to`` (the position a reset found)
+    and ``await_reset`` (the position dropped) begins a new one. What
+    :mod:`services.worker.changelog_reads` compares. On the class, once."""
+    state: Any = TopicPartitionState
+    if getattr(state, "_sagaline_counts_reads", False):
+        return
+    for name in ("seek", "reset_to", "await_reset"):
+        setattr(state, name, _new_read(getattr(state, name)))
+    state._sagaline_counts_reads = True
 
 
-def disowned_records(consumer: Any) -> DisownedRecords:
-    """The consumer's :class:`DisownedRecords` (made on first use)."""
-    records: DisownedRecords | None = getattr(consumer, "_sagaline_disowned", None)
-    if records is None:
-        records = consumer._sagaline_disowned = DisownedRecords()
-    return records
+def _new_read(method: Callable[..., Any]) -> Callable[..., Any]:
+    def begin_read(self: Any, *args: Any) -> Any:
+        self._sagaline_reads = getattr(self, "_sagaline_reads", 0) + 1
+        return method(self, *args)
+
+    return begin_read
 
 
-def disown_late_hand_over(consumer: Any, message: Any) -> None:
-    """A changelog record whose hand-over began before a rebalance and ended after it
-    (services/worker/delivery.py): it went into the recovery's queue after the queue was
-    cleared and the partition sought again, and the delivery loop is about to raise the
-    partition's read offset to it. Both are undone: the read offset keeps what the seek set
-    (so the records the seek fetches again are delivered), and the recovery drops the record
-    (else it would apply it first and skip every record below it as seen). RELIABILITY.md,
-    defect 14."""
+def _partition_read(consumer: Any, tp: Hashable) -> Read | None:
+    """``tp``'s current read on the worker's aiokafka consumer: its state object in the
+    current assignment and that state's read count; None when it is not assigned."""
+    client = getattr(getattr(consumer, "_thread", None), "_consumer", None)
+    subscription = None if client is None else client._subscription.subscription
+    assignment = None if subscription is None else subscription.assignment
+    state = None if assignment is None else assignment.state_value(tp)
+    return None if state is None else (state, getattr(state, "_sagaline_reads", 0))
+
+
+def changelog_reads(consumer: Any) -> ChangelogReads:
+    """The consumer's :class:`ChangelogReads` (made on first use)."""
+    reads: ChangelogReads | None = getattr(consumer, "_sagaline_changelog_reads", None)
+    if reads is None:
+        reads = ChangelogReads(lambda tp: _partition_read(consumer, tp))
+        consumer._sagaline_changelog_reads = reads
+    return reads
+
+
+def read_changelogs_without_gaps() -> None:
+    """Hand Faust's recovery only changelog records of their partition's current read
+    (:mod:`services.worker.changelog_reads`).
+
+    Each batch aiokafka hands over (``AIOKafkaConsumerThread._fetch_records``) is noted with
+    its changelog partitions' reads in the same step; Faust's ``Consumer.getmany`` then
+    hands on a record only if its partition is still in that read, so a stale one neither
+    reaches the recovery nor raises the partition's read offset (which would make Faust's
+    delivery loop drop the records the new read fetches again, defect 14). Records handed on
+    before their read ended are refused later, at the hand-over (services/worker/delivery.py)
+    and at the recovery's queue (:func:`skip_untracked_changelog_records`). On the classes,
+    once; the reads are each consumer's."""
+    count_partition_reads()
+    thread: Any = faust_aiokafka.AIOKafkaConsumerThread
+    consumer_class: Any = Consumer
+    if getattr(thread, "_sagaline_notes_reads", False):
+        return
+    fetch_records, getmany = thread._fetch_records, consumer_class.getmany
+
+    async def fetch_noted(self: Any, client: Any, *args: Any, **kwargs: Any) -> Any:
+        records = await fetch_records(self, client, *args, **kwargs)
+        consumer = self.consumer
+        changelog_reads(consumer).drained(records, consumer._is_changelog_tp)
+        return records
+
+    async def current_only(self: Any, timeout: float) -> Any:
+        reads = changelog_reads(self)
+        async for tp, message in getmany(self, timeout):
+            if reads.hand_on(tp, message):
+                yield tp, message
+        reads.report_skipped()
+
+    thread._fetch_records = fetch_noted
+    consumer_class.getmany = current_only
+    thread._sagaline_notes_reads = True
+
+
+def disown_stale_hand_over(consumer: Any, message: Any) -> None:
+    """A changelog record whose hand-over outlived its partition's read (a seek or a new
+    assignment came meanwhile, services/worker/delivery.py): the delivery loop is about to
+    raise the partition's read offset to it. That write is not kept, so the records the new
+    read fetches again are delivered; the recovery refuses the record itself
+    (:func:`skip_untracked_changelog_records`). RELIABILITY.md, defects 14 and 16."""
     offsets: InputReadOffsets = consumer._read_offset  # the worker's: none other delivers so
     offsets.disown(message.tp, message.offset)
-    disowned_records(consumer).add(message)
 
 
 def deliver_every_input_record(app: faust.App, input_topics: Sequence[str]) -> None:
@@ -518,44 +562,38 @@ def skip_untracked_changelog_records(app: faust.App) -> None:
     tables: Any = app.tables
     queue = tables.changelog_queue
     get = queue.get
-    disowned = disowned_records(app.consumer)
+    reads = changelog_reads(app.consumer)
 
     async def get_tracked() -> Any:
         while True:
             event = await get()
-            if disowned.take(event.message):
-                log.info(
-                    "dropped a changelog record of %s (offset %d): handed over across a rebalance",
-                    event.message.tp,
-                    event.message.offset,
-                )
-                continue
             recovery = tables._recovery  # None until Faust's first rebalance made it
-            if recovery is None:
-                return event
-            if _tracked(recovery, event.message.tp):
-                return _HeldWhenRead(event, recovery)
-            _log_dropped(event.message)
+            refusal = _refusal(recovery, reads, event.message)
+            if refusal is not None:
+                _log_dropped(event.message, refusal)
+                continue
+            return event if recovery is None else _HeldWhenRead(event, recovery, reads)
 
     queue.get = get_tracked
 
 
 class NoLongerHeld(Exception):
-    """A changelog record of a partition this process stopped holding while the recovery
-    loop was being handed it; the loop logs it ("Error in recovery") and goes on."""
+    """A changelog record the recovery loop was being handed when its partition stopped
+    being held here or was sought again; the loop logs it ("Error in recovery") and goes on."""
 
 
 class _HeldWhenRead:
-    """A changelog event for Faust's recovery loop, whose partition is checked once more
-    when the loop first reads its ``message``: nothing is awaited between that read and the
-    loop's own ``tp in active_tps`` / ``standby_tps``, so the record is either held then or
-    never reaches the fall-through. Everything else is the event's."""
+    """A changelog event for Faust's recovery loop, checked once more when the loop first
+    reads its ``message``: nothing is awaited between that read and the loop's own ``tp in
+    active_tps`` / ``standby_tps``, so the record is either held and of its partition's
+    current read then, or never reaches the loop. Everything else is the event's."""
 
-    __slots__ = ("_checked", "_event", "_recovery")
+    __slots__ = ("_checked", "_event", "_reads", "_recovery")
 
-    def __init__(self, event: Any, recovery: Any) -> None:
+    def __init__(self, event: Any, recovery: Any, reads: ChangelogReads) -> None:
         self._event = event
         self._recovery = recovery
+        self._reads = reads
         self._checked = False
 
     @property
@@ -563,20 +601,28 @@ class _HeldWhenRead:
         message = self._event.message
         if not self._checked:
             self._checked = True
-            if not _tracked(self._recovery, message.tp):
-                _log_dropped(message)
-                raise NoLongerHeld(f"{message.tp} offset {message.offset} is no longer held here")
+            refusal = _refusal(self._recovery, self._reads, message)
+            if refusal is not None:
+                _log_dropped(message, refusal)
+                raise NoLongerHeld(f"{message.tp} offset {message.offset}: {refusal}")
         return message
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._event, name)
 
 
-def _log_dropped(message: Any) -> None:
+def _refusal(recovery: Any, reads: ChangelogReads, message: Any) -> str | None:
+    """Why Faust's recovery must not apply ``message``, or None."""
+    if reads.is_stale(message):
+        return "read before its partition was sought again or reassigned"
+    if recovery is not None and not _tracked(recovery, message.tp):
+        return "no longer held here"
+    return None
+
+
+def _log_dropped(message: Any, refusal: str) -> None:
     log.info(
-        "dropped a changelog record of %s (offset %d): no longer held here",
-        message.tp,
-        message.offset,
+        "dropped a changelog record of %s (offset %d): %s", message.tp, message.offset, refusal
     )
 
 
@@ -680,8 +726,9 @@ def _reporting(
         # changes: the assignment that follows seeks them all again. Not app.rebalancing:
         # that holds through the recovery too, where a drop is what this is here to show.
         moved = generation != self.app.consumer_generation_id or not self.flow_active
+        skipped = changelog_reads(self).skipped  # said by their own line
         for tp, records in drained.items():
-            if records and len(records) > handed.get(tp, 0):
+            if records and len(records) > handed.get(tp, 0) + skipped[tp]:
                 log.log(
                     logging.INFO if moved else logging.WARNING,
                     "the consumer took %d record(s) of %s (offsets %d-%d) from the fetcher "

@@ -1,10 +1,11 @@
 """The hand-over of fetched records to the agents (services/worker/delivery.py): direct
-while the flow runs, a changelog record that outlived a rebalance disowned; Faust's own wait
-while the flow is suspended and for every other caller."""
+while the flow runs, the read offset of a changelog record whose partition's read ended
+meanwhile not kept; Faust's own wait while the flow is suspended and for every other caller."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import faust
@@ -14,6 +15,7 @@ from faust.types import TP
 from mode import Service
 
 from services.worker import delivery, faust_seam
+from services.worker.changelog_reads import ChangelogReads, Read
 
 pytestmark = pytest.mark.unit
 
@@ -28,10 +30,30 @@ class Drain(Service):
         super().__init__()
         self.suspend_flow = asyncio.Event()
         self._read_offset = faust_seam.InputReadOffsets(frozenset({"in"}), {})
-        self.app = SimpleNamespace(consumer_generation_id=7)
+        self.reads_now: dict[TP, Read] = {CHANGELOG_TP: (object(), 0), INPUT.tp: (object(), 0)}
+        self._sagaline_changelog_reads = ChangelogReads(self.reads_now.get)
+
+    def drain(self, message: Msg) -> None:
+        """aiokafka hands the record over and the consumer hands it on (stamped)."""
+        reads = faust_seam.changelog_reads(self)
+        reads.drained({message.tp: [message]}, lambda tp: tp.topic != "in")
+        assert reads.hand_on(message.tp, message)
+
+    def seek(self, tp: TP, offset: int) -> None:
+        """A seek of ``tp``: a new read, and Faust's read offset set to where it begins."""
+        state, count = self.reads_now[tp]
+        self.reads_now[tp] = (state, count + 1)
+        self._read_offset[tp] = offset
 
 
-INPUT = SimpleNamespace(topic="in", tp=TP("in", 0), offset=5)
+@dataclass(eq=False)
+class Msg:
+    topic: str
+    tp: TP
+    offset: int
+
+
+INPUT = Msg(topic="in", tp=TP("in", 0), offset=5)
 CHANGELOG_TP = TP("app-order-saga-state-changelog", 2)
 
 
@@ -91,10 +113,11 @@ async def test_other_waits_are_faust_s() -> None:
     assert result.results == [True]
 
 
-async def hand_over_waiting_for_room(drain: Drain, message: object, rebalance: bool) -> None:
+async def hand_over_waiting_for_room(drain: Drain, message: Msg, seek: bool) -> None:
     """What Faust's drain loop does with one record: the hand-over (waiting for room in a
-    full queue, a rebalance meanwhile or not), then the partition's read offset."""
+    full queue, a seek of its partition meanwhile or not), then the partition's read offset."""
     room = asyncio.Event()
+    drain.drain(message)
 
     async def callback(message: object) -> str:
         await room.wait()  # the recovery's changelog queue is full
@@ -102,46 +125,64 @@ async def hand_over_waiting_for_room(drain: Drain, message: object, rebalance: b
 
     handing = asyncio.ensure_future(drain.wait_first(callback(message), drain.suspend_flow.wait()))
     await asyncio.sleep(0.01)
-    if rebalance:  # the generation changes and the next assignment seeks to 852
-        drain.app.consumer_generation_id += 1
-        drain._read_offset[CHANGELOG_TP] = 852
+    if seek:  # the next assignment's recovery seeks the partition to 852
+        drain.seek(message.tp, 852)
     room.set()  # the queue has room again (cleared on resume)
     assert (await asyncio.wait_for(handing, 1)).results == ["put"]
-    drain._read_offset[message.tp] = message.offset  # type: ignore[attr-defined]
+    drain._read_offset[message.tp] = message.offset
 
 
-async def test_a_changelog_record_handed_over_across_a_rebalance_is_disowned() -> None:
+async def test_a_changelog_record_handed_over_across_a_seek_leaves_the_read_offset() -> None:
     # Defect 14: kept, the stale record raised the read offset over the records the seek
-    # fetched again, and the recovery applied it before them and skipped them as seen.
-    drain, stale = Drain(), SimpleNamespace(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
-    await hand_over_waiting_for_room(drain, stale, rebalance=True)
-    assert drain._read_offset[CHANGELOG_TP] == 852
-    records = faust_seam.disowned_records(drain)
-    assert records.take(stale) and not records.take(stale)
-    # The record the seek fetches again (same partition and offset, another object) is kept.
-    again = SimpleNamespace(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
-    await hand_over_waiting_for_room(drain, again, rebalance=False)
-    assert drain._read_offset[CHANGELOG_TP] == 1581
-    assert not faust_seam.disowned_records(drain).take(again)
-
-
-async def test_an_input_record_handed_over_across_a_rebalance_is_the_runners_to_judge() -> None:
+    # fetched again, and Faust's delivery loop dropped them as read.
     drain = Drain()
-    await hand_over_waiting_for_room(drain, INPUT, rebalance=True)
-    assert not faust_seam.disowned_records(drain).take(INPUT)
+    stale = Msg(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
+    await hand_over_waiting_for_room(drain, stale, seek=True)
+    assert drain._read_offset[CHANGELOG_TP] == 852
+    # The record the seek fetches again (same partition and offset, another object) counts.
+    again = Msg(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
+    await hand_over_waiting_for_room(drain, again, seek=False)
+    assert drain._read_offset[CHANGELOG_TP] == 1581
+
+
+async def test_while_the_flow_is_suspended_a_stale_hand_over_does_not_raise_it_either() -> None:
+    drain = Drain()
+    stale = Msg(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581)
+    drain.drain(stale)
+    drain.suspend_flow.set()  # a rebalance began: Faust's own wait gives the hand-over up
+    drain.seek(CHANGELOG_TP, 852)
+
+    async def callback(message: object) -> str:
+        await asyncio.Event().wait()
+        return "put"
+
+    await asyncio.wait_for(drain.wait_first(callback(stale), drain.suspend_flow.wait()), 1)
+    drain._read_offset[CHANGELOG_TP] = stale.offset  # the loop's write after the wait
+    assert drain._read_offset[CHANGELOG_TP] == 852
+
+
+async def test_an_input_record_handed_over_across_a_seek_is_the_runners_to_judge() -> None:
+    drain = Drain()
+    await hand_over_waiting_for_room(drain, INPUT, seek=True)
     assert drain._read_offset[INPUT.tp] is None  # Faust's filter off for inputs
 
 
-async def test_the_recovery_never_gets_a_disowned_record() -> None:
-    app = faust.App("t-disowned", broker="kafka://127.0.0.1:1")
+async def test_the_recovery_never_gets_a_record_of_an_ended_read() -> None:
+    app = faust.App("t-stale", broker="kafka://127.0.0.1:1")
     faust_seam.deliver_every_input_record(app, [])  # the worker's consumer
+    reads_now: dict[TP, Read] = {CHANGELOG_TP: (object(), 0)}
+    reads = ChangelogReads(reads_now.get)
+    app.consumer._sagaline_changelog_reads = reads  # type: ignore[attr-defined]
     faust_seam.skip_untracked_changelog_records(app)
     queue = app.tables.changelog_queue
-    stale, fresh = (
-        SimpleNamespace(message=SimpleNamespace(tp=CHANGELOG_TP, offset=1581)) for _ in range(2)
-    )
-    faust_seam.disown_late_hand_over(app.consumer, stale.message)
+    stale = SimpleNamespace(message=Msg(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=1581))
+    reads.drained({CHANGELOG_TP: [stale.message]}, lambda tp: True)
+    assert reads.hand_on(CHANGELOG_TP, stale.message)
     queue.put_nowait(stale)
+    reads_now[CHANGELOG_TP] = (reads_now[CHANGELOG_TP][0], 1)  # sought again
+    fresh = SimpleNamespace(message=Msg(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=852))
+    reads.drained({CHANGELOG_TP: [fresh.message]}, lambda tp: True)
+    assert reads.hand_on(CHANGELOG_TP, fresh.message)
     queue.put_nowait(fresh)
     assert await asyncio.wait_for(queue.get(), 1) is fresh
 

@@ -4,6 +4,7 @@
 import ast
 import asyncio
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +16,7 @@ from mode.threads import QueueServiceThread
 from runtime.settings import Settings
 from sagas.participants.ledger import CapacityLedger
 from services.worker import faust_seam
+from services.worker.changelog_reads import ChangelogReads, Read
 from services.worker.faust_app import create_app
 from services.worker.faust_seam import TESTED_FAUST, UntestedFaust, require_tested_faust
 
@@ -98,6 +100,16 @@ def test_the_worker_app_reads_no_read_offset_for_its_inputs_and_faust_s_for_chan
     assert consumer._read_offset[TP("unknown", 3)] is None
 
 
+NO_READS = ChangelogReads(lambda tp: None)
+"""Reads that stamped nothing: no record is stale."""
+
+
+@dataclass(eq=False)
+class StampableMessage:
+    tp: TP
+    offset: int
+
+
 def _changelog_event(tp: TP, offset: int) -> Any:
     message = SimpleNamespace(tp=tp, offset=offset, key=b"k", value=b"v")
     return SimpleNamespace(message=message, key="k", value="v")
@@ -109,7 +121,7 @@ def test_a_record_of_a_partition_dropped_before_the_recovery_loop_reads_it_is_re
     # the table of the record before it.
     tp = TP("app-transfer-saga-state-changelog", 3)
     recovery = SimpleNamespace(active_tps=set(), standby_tps={tp})
-    handed = faust_seam._HeldWhenRead(_changelog_event(tp, 38), recovery)
+    handed = faust_seam._HeldWhenRead(_changelog_event(tp, 38), recovery, NO_READS)
     recovery.standby_tps.clear()  # the rebalance, between get and the loop
     with pytest.raises(faust_seam.NoLongerHeld):
         handed.message  # noqa: B018  (the loop's first read)
@@ -117,11 +129,27 @@ def test_a_record_of_a_partition_dropped_before_the_recovery_loop_reads_it_is_re
     assert issubclass(faust_seam.NoLongerHeld, Exception)
 
 
+def test_a_record_whose_read_ends_before_the_recovery_loop_reads_it_is_refused() -> None:
+    # Defect 16: the partition sought again between get and the loop's first look.
+    tp = TP("app-order-saga-state-changelog", 3)
+    recovery = SimpleNamespace(active_tps=set(), standby_tps={tp})
+    reads_now: dict[TP, Read] = {tp: (object(), 0)}
+    reads = ChangelogReads(reads_now.get)
+    event = _changelog_event(tp, 1151)
+    event.message = StampableMessage(tp, 1151)
+    reads.drained({tp: [event.message]}, lambda tp: True)
+    assert reads.hand_on(tp, event.message)
+    handed = faust_seam._HeldWhenRead(event, recovery, reads)
+    reads_now[tp] = (reads_now[tp][0], 1)  # the standby's seek
+    with pytest.raises(faust_seam.NoLongerHeld, match="sought again"):
+        handed.message  # noqa: B018  (the loop's first read)
+
+
 def test_a_record_held_when_the_loop_reads_it_is_the_event_to_every_later_reader() -> None:
     tp = TP("app-order-saga-state-changelog", 2)
     recovery = SimpleNamespace(active_tps={tp}, standby_tps=set())
     event = _changelog_event(tp, 867)
-    handed = faust_seam._HeldWhenRead(event, recovery)
+    handed = faust_seam._HeldWhenRead(event, recovery, NO_READS)
     assert handed.message is event.message
     recovery.active_tps.clear()  # later reads (the batch applied after a rebalance) pass
     assert (handed.message.offset, handed.key, handed.value) == (867, "k", "v")
