@@ -6,11 +6,17 @@ file while the projector writes it, and WAL lets readers go on during a write.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from runtime.startup_wait import Unreachable
+
+T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -36,3 +42,31 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()
+
+
+class DatabaseUnreachable(Unreachable):
+    """The read-model database could not be used: where, and what it answered."""
+
+    WAIT_SETTING = "SAGALINE_DATABASE_STARTUP_WAIT_S"
+
+
+STARTING_OR_STOPPING = "the database system is"
+"""PostgreSQL's refusals while it starts, stops or recovers ("... is starting up"): it will
+answer soon, so these are waited out like silence."""
+
+
+def answering(engine: Engine, probe: Callable[[Engine], T]) -> T:
+    """``probe(engine)``, a failure to connect turned into :class:`DatabaseUnreachable`:
+    silent when no server answered (refused, unresolved, timed out) or PostgreSQL is starting
+    or stopping; a refusal otherwise (a login, a missing database). SQLite's file either
+    opens or will not, so its failures are refusals."""
+    try:
+        return probe(engine)
+    except OperationalError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        server_said = "FATAL:" in reason and STARTING_OR_STOPPING not in reason
+        where = engine.url.render_as_string(hide_password=True)
+        raise DatabaseUnreachable(
+            f"cannot use the read-model database at {where}: {reason}",
+            silent=engine.dialect.name != "sqlite" and not server_said,
+        ) from exc

@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka.helpers import create_ssl_context
 
 from runtime.settings import Settings
+from runtime.startup_wait import Unreachable
 
 JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -120,15 +121,11 @@ def _jaas_quoted(value: str) -> str:
     return f'"{escaped}"'
 
 
-class KafkaUnreachable(RuntimeError):
+class KafkaUnreachable(Unreachable):
     """A client could not start: the sentence says where it went, how, and what the broker
     answered (a refused login, a TLS failure, nothing at all)."""
 
-    def __init__(self, message: str, *, silent: bool = False) -> None:
-        super().__init__(message)
-        self.silent = silent
-        """Nothing answered (refused, closed, timed out): a broker not up yet, which waiting
-        may cure; false when a broker answered and refused (login, TLS, protocol)."""
+    WAIT_SETTING = "SAGALINE_KAFKA_STARTUP_WAIT_S"
 
 
 async def unreachable(settings: Settings, exc: BaseException) -> KafkaUnreachable:

@@ -262,6 +262,11 @@ class Settings(BaseSettings):
         ge=0,
         description="How long a worker, projector or API started while no broker answers keeps trying (pauses of 1 s doubling to 10 s) before it exits; a broker that answers and refuses (login, TLS) ends the start at once. 0: exit at once",
     )
+    database_startup_wait_s: float = Field(
+        60.0,
+        ge=0,
+        description="How long a projector started while its read-model database does not answer (or is still starting) keeps trying, with the pauses of SAGALINE_KAFKA_STARTUP_WAIT_S, before it exits; a database that refuses (login, no such database) ends the start at once. The API does not wait: it starts and answers reads 503 until the database answers. 0: exit at once",
+    )
     shutdown_grace_s: float = Field(
         8.0,
         gt=0,

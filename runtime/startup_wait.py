@@ -1,11 +1,12 @@
-"""Starting before the broker is up: a worker, projector or API started beside a broker that is
-not listening yet (a fresh `make run`, a rebooted node, a rollout of both) waits for it, for
-up to SAGALINE_KAFKA_STARTUP_WAIT_S, instead of exiting at once into a crash loop whose
-back-off (Kubernetes doubles it up to five minutes) outlasts the broker's own start.
+"""Starting before the broker or the database is up: a worker, projector or API started beside
+a broker that is not listening yet (a fresh `make run`, a rebooted node, a rollout of both)
+waits for it, for up to SAGALINE_KAFKA_STARTUP_WAIT_S, and a projector for its database for
+up to SAGALINE_DATABASE_STARTUP_WAIT_S, instead of exiting at once into a crash loop whose
+back-off (Kubernetes doubles it up to five minutes) outlasts the dependency's own start.
 
 Only silence is waited out (nothing listening, no answer, a name that does not resolve yet):
-a broker that answers and refuses -- a login, a certificate, the wrong protocol -- will
-refuse again, so that ends the start at once with its sentence.
+a server that answers and refuses -- a login, a certificate, the wrong protocol, a missing
+database -- will refuse again, so that ends the start at once with its sentence.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from runtime.kafka_security import KafkaUnreachable
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -28,12 +27,25 @@ LONGEST_PAUSE_S = 10.0
 """Pauses double from the first to this: a broker that comes up is seen within 10 s."""
 
 
+class Unreachable(RuntimeError):
+    """A dependency could not be used at start: the sentence says where, how, and what it
+    answered. Each kind names the setting that bounds the wait for it."""
+
+    WAIT_SETTING = ""
+
+    def __init__(self, message: str, *, silent: bool = False) -> None:
+        super().__init__(message)
+        self.silent = silent
+        """Nothing answered (refused, closed, timed out): a server not up yet, which waiting
+        may cure; false when it answered and refused (login, TLS, protocol, no database)."""
+
+
 async def when_reachable(
     wait_s: float,
     start: Callable[[], Awaitable[T]],
     stop: asyncio.Event | None = None,
 ) -> T:
-    """``start()``'s result, retried while it raises a silent :class:`KafkaUnreachable`, for
+    """``start()``'s result, retried while it raises a silent :class:`Unreachable`, for
     ``wait_s`` seconds; then (or at once, for a refusal) that error goes on. A set ``stop``
     (SIGTERM while waiting) ends the wait with the last error too."""
     deadline = time.monotonic() + wait_s
@@ -41,15 +53,16 @@ async def when_reachable(
     while True:
         try:
             return await start()
-        except KafkaUnreachable as exc:
+        except Unreachable as exc:
             left = deadline - time.monotonic()
             if not exc.silent or left <= 0:
                 raise
             pause = min(pause, left)
             log.warning(
-                "%s; trying again in %.0f s (SAGALINE_KAFKA_STARTUP_WAIT_S: %.0f s left)",
+                "%s; trying again in %.0f s (%s: %.0f s left)",
                 exc,
                 pause,
+                exc.WAIT_SETTING,
                 left,
             )
             await _sleep(pause, stop)

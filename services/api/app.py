@@ -13,7 +13,7 @@ from fastapi.telemetry import TelemetryConfig
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
-from readside.engine import create_read_engine
+from readside.engine import DatabaseUnreachable, answering, create_read_engine
 from readside.migrate import is_migrated
 from runtime import tracing
 from runtime.settings import Settings, get_settings
@@ -194,8 +194,12 @@ async def _open_read_side(
         engine = create_read_engine(settings.database_url_with_password())
         stack.callback(engine.dispose)
     tracing.instrument_engine(engine)
-    if not await asyncio.to_thread(is_migrated, engine):
-        log.error("the read-model schema is missing: run `sagaline db upgrade`")
+    try:
+        if not await asyncio.to_thread(answering, engine, is_migrated):
+            log.error("the read-model schema is missing: run `sagaline db upgrade`")
+    except DatabaseUnreachable as exc:
+        # Commands need only the broker: the API starts, and reads answer 503 until it does.
+        log.error("%s; reads answer 503 until it answers", exc)
     app.state.engine = engine
     app.state.watch = ReadWatch(database_probe(engine), settings.read_poll_ms / 1000)
     await app.state.watch.start()

@@ -37,15 +37,15 @@ from sqlalchemy import Engine
 
 from readside import queries, retention, store
 from readside.batch import Applied, Batch, apply_batch
-from readside.engine import create_read_engine
+from readside.engine import answering, create_read_engine
 from readside.migrate import is_migrated
 from readside.store import Fenced
 from readside.triage import Positioned, Rejected, triage, unknown_type_reason
 from runtime import tracing
-from runtime.kafka_security import KafkaUnreachable, aiokafka_options, unreachable
+from runtime.kafka_security import aiokafka_options, unreachable
 from runtime.logformat import log_context
 from runtime.settings import Settings
-from runtime.startup_wait import when_reachable
+from runtime.startup_wait import Unreachable, when_reachable
 from runtime.topics import DEAD_LETTERS, EVENTS, topic_partitions
 from sagas.untrusted import bounded
 from services.projector.handover import REVOKE_WAIT_S, Handover, Owned, group_id
@@ -94,11 +94,14 @@ class Projector:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Project until ``stop`` is set; the batch in progress completes first."""
-        if not await asyncio.to_thread(is_migrated, self.engine):
-            raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
         try:
+            migrated = await when_reachable(
+                self.settings.database_startup_wait_s, self._schema_found, stop
+            )
+            if not migrated:
+                raise ProjectorError("the read-model schema is missing: run `sagaline db upgrade`")
             await when_reachable(self.settings.kafka_startup_wait_s, self._start_clients, stop)
-        except KafkaUnreachable as exc:
+        except Unreachable as exc:
             raise ProjectorError(str(exc)) from exc
         try:
             await self._subscribe()
@@ -107,6 +110,9 @@ class Projector:
         finally:
             await self._producer.stop()
             await self._consumer.stop()
+
+    async def _schema_found(self) -> bool:
+        return await asyncio.to_thread(answering, self.engine, is_migrated)
 
     async def _start_clients(self) -> None:
         """New clients, started (a client whose start failed is not started again)."""

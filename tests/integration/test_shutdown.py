@@ -24,6 +24,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,13 @@ from runtime.shutdown import EXIT_UNFINISHED
 from runtime.topics import TopicMismatch, check_topics, create_topics
 from spark_projections import guard
 from spark_projections.session import REPO_ROOT
-from tests.integration.harness import ServiceProcess, free_port, isolated_settings, settings_env
+from tests.integration.harness import (
+    ServiceProcess,
+    auth_headers,
+    free_port,
+    isolated_settings,
+    settings_env,
+)
 from tests.integration.readside import fresh_database, produce
 from tests.spark import history
 
@@ -258,9 +266,9 @@ class CuttableLink:
     dropped off the network. The components must start against a reachable database (they
     check the schema first), so "unreachable" has to happen under them."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, listen_on: int = 0) -> None:
         self.upstream = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", listen_on))
         self.port = int(self.listener.getsockname()[1])
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
@@ -330,6 +338,69 @@ def test_with_the_database_gone_the_projector_and_the_api_exit_in_time(
     assert len(projector.lines_with("projector: shutdown did not finish within 8 s")) == 1
     api = ended["api"]  # nothing of its own to finish: it closes its pool and exits 0
     assert_clean({"api": api})
+
+
+def test_started_before_its_database_the_projector_waits_and_the_api_serves(
+    up: PrivateBroker, tmp_path: Path
+) -> None:
+    settings = component_settings(tmp_path, database_startup_wait_s=120.0)
+    with fresh_database("postgresql", tmp_path) as url:
+        real = make_url(url)
+        port = free_port()  # the database's address, where nothing listens yet
+        later = real.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        settings = settings.model_copy(update={"database_url": later})
+        processes: list[ServiceProcess] = [Projector(settings, tmp_path), Api(settings, tmp_path)]
+        projector, api = processes
+        projector.ready_marker, marker = None, projector.ready_marker
+        link = None
+        try:
+            for process in processes:
+                process.start()
+            projector.ready_marker = marker
+            wait_for_line(projector, "(SAGALINE_DATABASE_STARTUP_WAIT_S:", timeout=30)
+            assert "cannot use the read-model database at postgresql" in projector.tail_log()
+            # The API started: commands need only the broker; reads answer 503 meanwhile.
+            assert "reads answer 503 until it answers" in api.tail_log(), api.tail_log()
+            base, headers = f"http://127.0.0.1:{settings.api_port}", auth_headers(settings)
+            health = urllib.request.Request(f"{base}/healthz", headers=headers)
+            with urllib.request.urlopen(health, timeout=10) as ok:
+                assert ok.status == 200
+            read = urllib.request.Request(f"{base}/orders/o-1", headers=headers)
+            with pytest.raises(urllib.error.HTTPError) as answered:
+                urllib.request.urlopen(read, timeout=30)
+            assert answered.value.code == 503, answered.value.read()
+            assert projector.alive()
+            link = CuttableLink(real.host or "127.0.0.1", real.port or 5432, listen_on=port)
+            wait_for_line(projector, marker, timeout=60)
+            assert_clean(sigterm_all(processes))
+        finally:
+            for process in processes:
+                process.stop()
+            if link is not None:
+                link.cut()
+
+
+def test_a_projector_gives_up_waiting_for_its_database_after_the_setting(
+    tmp_path: Path,
+) -> None:
+    nobody = f"postgresql+psycopg://sagaline:x@127.0.0.1:{free_port()}/sagaline"
+    settings = isolated_settings(
+        tmp_path, database_url=nobody, database_startup_wait_s=2.0, **NOTHING_LISTENS
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sagaline.cli", "projector"],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert time.monotonic() - started >= 2.0
+    assert "trying again in 1 s (SAGALINE_DATABASE_STARTUP_WAIT_S:" in output, output
+    assert "cannot use the read-model database at postgresql+psycopg://sagaline:***@" in output
+    assert "Traceback" not in output, output
 
 
 def test_with_the_broker_gone_each_component_exits_in_time_with_one_line(

@@ -1,13 +1,20 @@
-"""Starting before the broker is up (runtime/startup_wait.py): silence is waited out for the
-configured time, a refusal is not, and a stop ends the wait."""
+"""Starting before the broker or the database is up (runtime/startup_wait.py,
+readside/engine.py): silence is waited out for the configured time, a refusal is not, and a
+stop ends the wait."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import OperationalError
 
+from readside.engine import DatabaseUnreachable, answering
+from readside.migrate import is_migrated
 from runtime import startup_wait
 from runtime.kafka_security import KafkaUnreachable, unreachable
 from runtime.settings import Settings
@@ -98,3 +105,57 @@ async def test_a_server_that_answers_but_is_no_broker_is_a_refusal() -> None:
         exc = await unreachable(Settings(kafka_bootstrap=f"127.0.0.1:{port}"), RuntimeError("x"))
     assert not exc.silent
     assert "KafkaConnectionError" in str(exc)
+
+
+def failing(reason: str) -> Callable[[Engine], bool]:
+    """A probe whose connection fails with the driver's ``reason``."""
+
+    def probe(engine: Engine) -> bool:
+        raise OperationalError("SELECT 1", {}, Exception(reason))
+
+    return probe
+
+
+POSTGRES = create_engine("postgresql+psycopg://sagaline:secret@db.example:5432/sagaline")
+
+
+@pytest.mark.parametrize(
+    ("reason", "silent"),
+    [
+        (
+            'connection failed: connection to server at "10.0.0.5", port 5432 failed: '
+            "Connection refused",
+            True,
+        ),
+        ("failed to resolve host 'db.example': [Errno -2] Name or service not known", True),
+        ("connection failed: ... FATAL:  the database system is starting up", True),
+        (
+            'connection failed: ... FATAL:  password authentication failed for user "sagaline"',
+            False,
+        ),
+        ('connection failed: ... FATAL:  database "sagaline" does not exist', False),
+    ],
+)
+def test_a_database_that_does_not_answer_is_waited_for_and_one_that_refuses_is_not(
+    reason: str, silent: bool
+) -> None:
+    with pytest.raises(DatabaseUnreachable) as raised:
+        answering(POSTGRES, failing(reason))
+    assert raised.value.silent is silent
+    assert str(raised.value).startswith(
+        "cannot use the read-model database at "
+        "postgresql+psycopg://sagaline:***@db.example:5432/sagaline: "
+    )
+    assert raised.value.WAIT_SETTING == "SAGALINE_DATABASE_STARTUP_WAIT_S"
+
+
+def test_sqlite_s_file_opens_or_will_not_so_it_is_not_waited_for(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'missing' / 'read.db'}")
+    with pytest.raises(DatabaseUnreachable) as raised:
+        answering(engine, is_migrated)
+    assert not raised.value.silent
+
+
+def test_a_database_that_answers_gives_the_probe_s_result(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'read.db'}")
+    assert answering(engine, is_migrated) is False  # answers; no schema yet
