@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 import weakref
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
@@ -620,10 +622,34 @@ def _refusal(recovery: Any, reads: ChangelogReads, message: Any) -> str | None:
     return None
 
 
-def _log_dropped(message: Any, refusal: str) -> None:
-    log.info(
-        "dropped a changelog record of %s (offset %d): %s", message.tp, message.offset, refusal
-    )
+class _Drops:
+    """The changelog records the recovery refuses, said at most once a second per partition
+    and reason (a rebalance can refuse a whole queue of them); a line counts those since the
+    last."""
+
+    EVERY_S = 1.0
+
+    def __init__(self) -> None:
+        self._since: Counter[tuple[Any, str]] = Counter()
+        self._said_at: dict[tuple[Any, str], float] = {}
+
+    def __call__(self, message: Any, refusal: str) -> None:
+        key = (message.tp, refusal)
+        self._since[key] += 1
+        now = time.monotonic()
+        if now - self._said_at.get(key, -self.EVERY_S) < self.EVERY_S:
+            return
+        self._said_at[key] = now
+        log.info(
+            "dropped %d changelog record(s) of %s, the last at offset %d: %s",
+            self._since.pop(key),
+            message.tp,
+            message.offset,
+            refusal,
+        )
+
+
+_log_dropped = _Drops()
 
 
 def _tracked(recovery: Any, tp: TP) -> bool:

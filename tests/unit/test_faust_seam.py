@@ -3,6 +3,7 @@
 
 import ast
 import asyncio
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,3 +257,19 @@ def test_fausts_recovery_judges_no_changelog_partition_by_the_workers_start() ->
     faust_seam.quiet_faust_livelock_detector()
     ThreadDelegateConsumer.verify_recovery_event_path(consumer, 0.0, TP("t-changelog", 1))  # type: ignore[arg-type]
     assert judged == [TP("t-changelog", 0)]
+
+
+def test_refused_records_are_said_once_a_second_per_partition_with_a_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drops = faust_seam._Drops()
+    tp = TP("app-order-saga-state-changelog", 1)
+    clock = iter([100.0, 100.2, 100.5, 101.1])
+    monkeypatch.setattr(faust_seam.time, "monotonic", lambda: next(clock))
+    with caplog.at_level(logging.INFO, logger=faust_seam.__name__):
+        for offset in (565, 566, 567, 568):
+            drops(SimpleNamespace(tp=tp, offset=offset), "no longer held here")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"dropped 1 changelog record(s) of {tp}, the last at offset 565: no longer held here",
+        f"dropped 3 changelog record(s) of {tp}, the last at offset 568: no longer held here",
+    ]
