@@ -64,7 +64,7 @@ async def _deliver_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
         results = DrainResults([coros[0]], [await coros[0]], False)
     else:
         results = await FAUST_WAIT_FIRST(self, *coros, timeout=timeout)
-    if changelog_reads(self).is_stale(message):
+    if message.topic not in offsets.input_topics and changelog_reads(self).is_stale(message):
         disown_stale_hand_over(self, message)
     return results
 
