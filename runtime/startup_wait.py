@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ async def when_reachable(
     pause = FIRST_PAUSE_S
     while True:
         try:
-            return await start()
+            with _client_says_nothing():
+                return await start()
         except Unreachable as exc:
             left = deadline - time.monotonic()
             if not exc.silent or left <= 0:
@@ -69,6 +70,27 @@ async def when_reachable(
             if stop is not None and stop.is_set():
                 raise
             pause = min(pause * 2, LONGEST_PAUSE_S)
+
+
+UNABLE_TO_CONNECT = 'Unable connect to "'
+"""How aiokafka's client logs (at ERROR, logger ``aiokafka``) each bootstrap server it could
+not reach: while a start is waited for, the wait's own line says it with the reason."""
+
+
+class _NoBootstrapErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(UNABLE_TO_CONNECT))
+
+
+@contextlib.contextmanager
+def _client_says_nothing() -> Iterator[None]:
+    """aiokafka's line per unreachable bootstrap server left out while a start is tried."""
+    client_log, quiet = logging.getLogger("aiokafka"), _NoBootstrapErrors()
+    client_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        client_log.removeFilter(quiet)
 
 
 async def _sleep(seconds: float, stop: asyncio.Event | None) -> None:

@@ -5,6 +5,7 @@ stop ends the wait."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,3 +160,25 @@ def test_sqlite_s_file_opens_or_will_not_so_it_is_not_waited_for(tmp_path: Path)
 def test_a_database_that_answers_gives_the_probe_s_result(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'read.db'}")
     assert answering(engine, is_migrated) is False  # answers; no schema yet
+
+
+async def test_the_client_s_own_line_per_unreachable_server_is_left_to_the_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client_log = logging.getLogger("aiokafka")
+    attempts = Attempts(silent())
+
+    async def start() -> int:
+        client_log.error('Unable connect to "%s:%s": %s', "127.0.0.1", 1, "refused")
+        client_log.error("Unable connect to node with id %s: %s", 1, "refused")  # a member
+        return await attempts()
+
+    with caplog.at_level(logging.INFO):
+        assert await when_reachable(30, start) == 2
+        client_log.error('Unable connect to "%s:%s": %s', "127.0.0.1", 1, "later")
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line for line in lines if line.startswith('Unable connect to "')] == [
+        'Unable connect to "127.0.0.1:1": later'  # after the start, aiokafka speaks again
+    ]
+    assert lines.count("Unable connect to node with id 1: refused") == 2
+    assert any("trying again in" in line for line in lines)
