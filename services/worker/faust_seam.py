@@ -519,11 +519,12 @@ def keep_standby_changelog_on_resume(app: faust.App) -> None:
     of its store, and a promotion reads nothing again (RELIABILITY.md, "A worker lost among
     three"). The queue's ``clear`` is replaced by one that keeps the records a standby
     partition still assigned here has not applied yet, in their order. Keeping them cannot
-    leave a gap: they follow what was applied, in fetch order, and a later seek of the
-    partition only goes back to its persisted offset, whose records ``_slurp_changelogs``
-    skips as already seen. Everything else is dropped, as Faust does: records of active
-    partitions are read again from their sought offsets, records of partitions no longer
-    held here must not be applied at all."""
+    leave a gap: they follow what was applied, in fetch order, within the partition's
+    current read; a record of a read that has ended since (the partition was a revoked
+    active's, or was sought again) is refused when the recovery takes it
+    (:func:`read_changelogs_without_gaps`, defect 16). Everything else is dropped, as Faust
+    does: records of active partitions are read again from their sought offsets, records of
+    partitions no longer held here must not be applied at all."""
     tables: Any = app.tables  # the TableManager; its interface lacks the queue and recovery
     queue = tables.changelog_queue
     pending = queue._queue  # asyncio.Queue's deque, which mode's own ``clear`` empties
