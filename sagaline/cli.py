@@ -32,7 +32,32 @@ def _logging() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-@click.group()
+class Commands(click.Group):
+    """Every command: a read-model database that cannot be reached ends it with one sentence
+    (where, and what the driver said), not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            reason = _unreachable_database(exc)
+            if reason is None:
+                raise
+            raise click.ClickException(reason) from None
+
+
+def _unreachable_database(exc: Exception) -> str | None:
+    operational = sys.modules.get("sqlalchemy.exc")  # loaded if a command used the database
+    if operational is None or not isinstance(exc, operational.OperationalError):
+        return None
+    from runtime.settings import masked_url
+
+    reason = str(exc.orig or exc).strip().splitlines()[0]
+    where = masked_url(get_settings().database_url)
+    return f"cannot use the read-model database at {where}: {reason}"
+
+
+@click.group(cls=Commands)
 def main() -> None:
     """Sagaline: sagas over Kafka, and read models rebuilt from the event log."""
     logsafe.install()
