@@ -11,7 +11,8 @@ handed on and applied only while its partition is still in the read that drained
 
 A read is what the Kafka client knows: its state object for the partition in the current
 assignment (a new one at each assignment) and how many times that state was sought or reset
-(``faust_seam.count_partition_reads``). Records drained within one read follow each other
+(``faust_seam.count_partition_reads``); it goes on while that state's assignment is current
+and its count unchanged. Records drained within one read follow each other
 with no gap, from the offset the read began at, so a record of the current read always
 continues what the recovery has seen.
 """
@@ -34,10 +35,15 @@ times that state was sought or reset. Equal only for the same object and count."
 class ChangelogReads:
     """The reads of one consumer's changelog partitions, and the records stamped with theirs.
 
-    ``read_of(tp)`` gives a partition's current read (None when it is not assigned)."""
+    ``read_of(tp)`` gives a partition's current read (None when it is not assigned), and
+    ``goes_on(read)`` whether that read is still current: the first is asked once a batch,
+    the second for every record at every place, so it must be cheap."""
 
-    def __init__(self, read_of: Callable[[Hashable], Read | None]) -> None:
+    def __init__(
+        self, read_of: Callable[[Hashable], Read | None], goes_on: Callable[[Read], bool]
+    ) -> None:
         self._read_of = read_of
+        self._goes_on = goes_on
         self._batch: dict[Hashable, Read | None] = {}
         self._stamps: WeakKeyDictionary[Any, Read] = WeakKeyDictionary()
         self.skipped: Counter[Hashable] = Counter()
@@ -56,7 +62,7 @@ class ChangelogReads:
         if tp not in self._batch:
             return True
         read = self._batch[tp]
-        if read is None or read != self._read_of(tp):
+        if read is None or not self._goes_on(read):
             self.skipped[tp] += 1
             return False
         self._stamps[message] = read
@@ -69,7 +75,7 @@ class ChangelogReads:
             read = self._stamps.get(message)
         except TypeError:  # not weakly referable: never stamped
             return False
-        return read is not None and read != self._read_of(message.tp)
+        return read is not None and not self._goes_on(read)
 
     def report_skipped(self) -> None:
         """Say which records of the last batch were not handed on, once per batch."""

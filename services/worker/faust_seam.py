@@ -275,11 +275,18 @@ def _partition_read(consumer: Any, tp: Hashable) -> Read | None:
     return None if state is None else (state, getattr(state, "_sagaline_reads", 0))
 
 
+def _read_goes_on(read: Read) -> bool:
+    """Whether no seek or reset of the partition's state came since ``read`` began, and its
+    assignment is still the consumer's (aiokafka unassigns the old one at each rebalance)."""
+    state: Any = read[0]
+    return getattr(state, "_sagaline_reads", 0) == read[1] and state._assignment.active
+
+
 def changelog_reads(consumer: Any) -> ChangelogReads:
     """The consumer's :class:`ChangelogReads` (made on first use)."""
     reads: ChangelogReads | None = getattr(consumer, "_sagaline_changelog_reads", None)
     if reads is None:
-        reads = ChangelogReads(lambda tp: _partition_read(consumer, tp))
+        reads = ChangelogReads(lambda tp: _partition_read(consumer, tp), _read_goes_on)
         consumer._sagaline_changelog_reads = reads
     return reads
 

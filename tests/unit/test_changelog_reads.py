@@ -35,18 +35,39 @@ def is_changelog(tp: TP) -> bool:
     return tp.topic.endswith("-changelog")
 
 
-class Partitions:
-    """The client's reads, as the test moves them: a state object per partition and a count."""
+class State:
+    """The client's state of one partition: its reads counted, its assignment current."""
 
     def __init__(self) -> None:
-        self.now: dict[TP, Read] = {CHANGELOG: (object(), 0), INPUT: (object(), 0)}
+        self.reads = 0
+        self.assigned = True
+
+
+class Partitions:
+    """The client's partitions, as the test moves them."""
+
+    def __init__(self) -> None:
+        self.now: dict[TP, State] = {CHANGELOG: State(), INPUT: State()}
+
+    def read_of(self, tp: object) -> Read | None:
+        state = self.now.get(tp)  # type: ignore[call-overload]
+        return None if state is None else (state, state.reads)
+
+    @staticmethod
+    def goes_on(read: Read) -> bool:
+        state, number = read
+        assert isinstance(state, State)
+        return state.assigned and state.reads == number
+
+    def reads(self) -> ChangelogReads:
+        return ChangelogReads(self.read_of, self.goes_on)
 
     def seek(self, tp: TP) -> None:
-        state, count = self.now[tp]
-        self.now[tp] = (state, count + 1)
+        self.now[tp].reads += 1
 
     def reassign(self, tp: TP) -> None:
-        self.now[tp] = (object(), 0)
+        self.now[tp].assigned = False
+        self.now[tp] = State()
 
 
 def drained(reads: ChangelogReads, *messages: Msg) -> list[Msg]:
@@ -56,7 +77,7 @@ def drained(reads: ChangelogReads, *messages: Msg) -> list[Msg]:
 
 def test_records_of_the_current_read_are_handed_on_and_stay_fresh() -> None:
     partitions = Partitions()
-    reads = ChangelogReads(partitions.now.get)
+    reads = partitions.reads()
     batch = drained(reads, Msg(CHANGELOG, 281), Msg(CHANGELOG, 282))
     assert [reads.hand_on(m.tp, m) for m in batch] == [True, True]
     assert not any(reads.is_stale(m) for m in batch)
@@ -66,7 +87,7 @@ def test_records_of_the_current_read_are_handed_on_and_stay_fresh() -> None:
 @pytest.mark.parametrize("ends_the_read", [Partitions.seek, Partitions.reassign])
 def test_a_seek_or_a_new_assignment_ends_the_read(ends_the_read: object) -> None:
     partitions = Partitions()
-    reads = ChangelogReads(partitions.now.get)
+    reads = partitions.reads()
     first, second, third = drained(reads, Msg(CHANGELOG, 0), Msg(CHANGELOG, 1), Msg(CHANGELOG, 2))
     assert reads.hand_on(CHANGELOG, first)  # handed on, then waits in the recovery's queue
     ends_the_read(partitions, CHANGELOG)  # type: ignore[operator]
@@ -83,7 +104,7 @@ def test_a_seek_or_a_new_assignment_ends_the_read(ends_the_read: object) -> None
 
 def test_input_records_are_not_the_recovery_s_and_never_stale() -> None:
     partitions = Partitions()
-    reads = ChangelogReads(partitions.now.get)
+    reads = partitions.reads()
     record = drained(reads, Msg(INPUT, 9))[0]
     partitions.seek(INPUT)
     assert reads.hand_on(INPUT, record)
@@ -94,14 +115,14 @@ def test_input_records_are_not_the_recovery_s_and_never_stale() -> None:
 def test_a_partition_unassigned_when_drained_is_not_handed_on() -> None:
     partitions = Partitions()
     del partitions.now[CHANGELOG]
-    reads = ChangelogReads(partitions.now.get)
+    reads = partitions.reads()
     record = drained(reads, Msg(CHANGELOG, 4))[0]
     assert not reads.hand_on(CHANGELOG, record)
 
 
 def test_skipped_records_are_said_once_per_batch(caplog: pytest.LogCaptureFixture) -> None:
     partitions = Partitions()
-    reads = ChangelogReads(partitions.now.get)
+    reads = partitions.reads()
     batch = drained(reads, Msg(CHANGELOG, 7), Msg(CHANGELOG, 8))
     partitions.seek(CHANGELOG)
     for m in batch:
@@ -143,23 +164,26 @@ async def test_aiokafka_s_seeks_and_resets_begin_a_read_and_consuming_does_not()
         lambda s: s.seek(281),  # the recovery seeks
         lambda s: s.await_reset(1),  # the position dropped
     ]
-    counts = []
+    ended = []
     for step in steps:
         step(state)
+        ended.append(not faust_seam._read_goes_on(read))
         now = faust_seam._partition_read(consumer, CHANGELOG)
-        assert now is not None
-        counts.append(now != read)
+        assert now is not None and faust_seam._read_goes_on(now)
         read = now
-    assert counts == [True, False, True, True]
+    assert ended == [True, False, True, True]
 
 
 async def test_a_new_assignment_is_a_new_read_and_an_unassigned_partition_has_none() -> None:
     tp = TopicPartition(CHANGELOG.topic, CHANGELOG.partition)
     consumer = client_with(tp)
     before = faust_seam._partition_read(consumer, CHANGELOG)
+    assert before is not None and faust_seam._read_goes_on(before)
     subscription = consumer._thread._consumer._subscription
     subscription.assign_from_subscribed({tp})  # the next generation keeps the partition
-    assert faust_seam._partition_read(consumer, CHANGELOG) not in (None, before)
+    assert not faust_seam._read_goes_on(before)
+    after = faust_seam._partition_read(consumer, CHANGELOG)
+    assert after is not None and after[0] is not before[0] and faust_seam._read_goes_on(after)
     subscription.assign_from_subscribed({TopicPartition(CHANGELOG.topic, 0)})
     assert faust_seam._partition_read(consumer, CHANGELOG) is None
     assert faust_seam._partition_read(SimpleNamespace(), CHANGELOG) is None  # not started

@@ -15,7 +15,7 @@ from faust.types import TP
 from mode import Service
 
 from services.worker import delivery, faust_seam
-from services.worker.changelog_reads import ChangelogReads, Read
+from tests.unit.test_changelog_reads import Partitions, State
 
 pytestmark = pytest.mark.unit
 
@@ -30,8 +30,9 @@ class Drain(Service):
         super().__init__()
         self.suspend_flow = asyncio.Event()
         self._read_offset = faust_seam.InputReadOffsets(frozenset({"in"}), {})
-        self.reads_now: dict[TP, Read] = {CHANGELOG_TP: (object(), 0), INPUT.tp: (object(), 0)}
-        self._sagaline_changelog_reads = ChangelogReads(self.reads_now.get)
+        self.partitions = Partitions()
+        self.partitions.now.update({CHANGELOG_TP: State(), INPUT.tp: State()})
+        self._sagaline_changelog_reads = self.partitions.reads()
 
     def drain(self, message: Msg) -> None:
         """aiokafka hands the record over and the consumer hands it on (stamped)."""
@@ -41,8 +42,7 @@ class Drain(Service):
 
     def seek(self, tp: TP, offset: int) -> None:
         """A seek of ``tp``: a new read, and Faust's read offset set to where it begins."""
-        state, count = self.reads_now[tp]
-        self.reads_now[tp] = (state, count + 1)
+        self.partitions.seek(tp)
         self._read_offset[tp] = offset
 
 
@@ -170,8 +170,9 @@ async def test_an_input_record_handed_over_across_a_seek_is_the_runners_to_judge
 async def test_the_recovery_never_gets_a_record_of_an_ended_read() -> None:
     app = faust.App("t-stale", broker="kafka://127.0.0.1:1")
     faust_seam.deliver_every_input_record(app, [])  # the worker's consumer
-    reads_now: dict[TP, Read] = {CHANGELOG_TP: (object(), 0)}
-    reads = ChangelogReads(reads_now.get)
+    partitions = Partitions()
+    partitions.now[CHANGELOG_TP] = State()
+    reads = partitions.reads()
     app.consumer._sagaline_changelog_reads = reads  # type: ignore[attr-defined]
     faust_seam.skip_untracked_changelog_records(app)
     queue = app.tables.changelog_queue
@@ -179,7 +180,7 @@ async def test_the_recovery_never_gets_a_record_of_an_ended_read() -> None:
     reads.drained({CHANGELOG_TP: [stale.message]}, lambda tp: True)
     assert reads.hand_on(CHANGELOG_TP, stale.message)
     queue.put_nowait(stale)
-    reads_now[CHANGELOG_TP] = (reads_now[CHANGELOG_TP][0], 1)  # sought again
+    partitions.seek(CHANGELOG_TP)
     fresh = SimpleNamespace(message=Msg(topic=CHANGELOG_TP.topic, tp=CHANGELOG_TP, offset=852))
     reads.drained({CHANGELOG_TP: [fresh.message]}, lambda tp: True)
     assert reads.hand_on(CHANGELOG_TP, fresh.message)

@@ -17,9 +17,10 @@ from mode.threads import QueueServiceThread
 from runtime.settings import Settings
 from sagas.participants.ledger import CapacityLedger
 from services.worker import faust_seam
-from services.worker.changelog_reads import ChangelogReads, Read
+from services.worker.changelog_reads import ChangelogReads
 from services.worker.faust_app import create_app
 from services.worker.faust_seam import TESTED_FAUST, UntestedFaust, require_tested_faust
+from tests.unit.test_changelog_reads import Partitions, State
 
 pytestmark = pytest.mark.unit
 
@@ -101,7 +102,7 @@ def test_the_worker_app_reads_no_read_offset_for_its_inputs_and_faust_s_for_chan
     assert consumer._read_offset[TP("unknown", 3)] is None
 
 
-NO_READS = ChangelogReads(lambda tp: None)
+NO_READS = ChangelogReads(lambda tp: None, lambda read: True)
 """Reads that stamped nothing: no record is stale."""
 
 
@@ -134,14 +135,15 @@ def test_a_record_whose_read_ends_before_the_recovery_loop_reads_it_is_refused()
     # Defect 16: the partition sought again between get and the loop's first look.
     tp = TP("app-order-saga-state-changelog", 3)
     recovery = SimpleNamespace(active_tps=set(), standby_tps={tp})
-    reads_now: dict[TP, Read] = {tp: (object(), 0)}
-    reads = ChangelogReads(reads_now.get)
+    partitions = Partitions()
+    partitions.now[tp] = State()
+    reads = partitions.reads()
     event = _changelog_event(tp, 1151)
     event.message = StampableMessage(tp, 1151)
     reads.drained({tp: [event.message]}, lambda tp: True)
     assert reads.hand_on(tp, event.message)
     handed = faust_seam._HeldWhenRead(event, recovery, reads)
-    reads_now[tp] = (reads_now[tp][0], 1)  # the standby's seek
+    partitions.seek(tp)  # the standby's seek
     with pytest.raises(faust_seam.NoLongerHeld, match="sought again"):
         handed.message  # noqa: B018  (the loop's first read)
 
