@@ -12,9 +12,9 @@ handed on and applied only while its partition is still in the read that drained
 A read is what the Kafka client knows: its state object for the partition in the current
 assignment (a new one at each assignment) and how many times that state was sought or reset
 (``faust_seam.count_partition_reads``); it goes on while that state's assignment is current
-and its count unchanged. Records drained within one read follow each other
-with no gap, from the offset the read began at, so a record of the current read always
-continues what the recovery has seen.
+and its count unchanged. Records drained within one read follow each other with no gap,
+from the offset the read began at, so a record of the current read always continues what
+the recovery has seen.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 Read = tuple[object, int]
 """A partition's read: the client's state object for it in this assignment, and how many
-times that state was sought or reset. Equal only for the same object and count."""
+times that state had been sought or reset when the read began."""
 
 
 class ChangelogReads:
