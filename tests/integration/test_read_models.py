@@ -139,20 +139,37 @@ async def test_the_migrations_create_exactly_the_declared_schema(side: ReadSide)
         assert compare_metadata(context, metadata) == []
 
 
+def db_upgrade(database_url: str) -> subprocess.CompletedProcess[str]:
+    """``sagaline db upgrade`` against ``database_url``, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "sagaline.cli", "db", "upgrade"],
+        env=dict(os.environ, SAGALINE_DATABASE_URL=database_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 async def test_db_upgrade_command_migrates_and_can_run_again(tmp_path: Path) -> None:
-    env = dict(os.environ, SAGALINE_DATABASE_URL=f"sqlite:///{tmp_path / 'sub' / 'read.db'}")
+    url = f"sqlite:///{tmp_path / 'sub' / 'read.db'}"
     for _ in range(2):  # the second run finds the schema at head and changes nothing
-        done = subprocess.run(
-            [sys.executable, "-m", "sagaline.cli", "db", "upgrade"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = db_upgrade(url)
         assert done.returncode == 0, done.stderr
         assert "is at head" in done.stdout
-    with read_engine(env["SAGALINE_DATABASE_URL"]) as engine:
+    with read_engine(url) as engine:
         assert is_migrated(engine)
+
+
+def test_a_database_nobody_answers_is_said_in_one_sentence() -> None:
+    # sagaline/cli.py ``Commands``: one sentence, the password masked, no traceback.
+    done = db_upgrade("postgresql+psycopg://u:secret@127.0.0.1:1/d")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "secret" not in done.stderr, done.stderr
+    assert done.stderr.startswith(
+        "Error: cannot use the read-model database at postgresql+psycopg://u:***@127.0.0.1:1/d: "
+        "connection failed: "
+    ), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 async def test_a_placed_order_is_readable_with_its_token_and_ends_confirmed(
