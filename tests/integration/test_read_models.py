@@ -160,7 +160,7 @@ async def test_db_upgrade_command_migrates_and_can_run_again(tmp_path: Path) -> 
         assert is_migrated(engine)
 
 
-def test_a_database_nobody_answers_is_said_in_one_sentence() -> None:
+async def test_a_database_nobody_answers_is_said_in_one_sentence() -> None:
     # sagaline/cli.py ``Commands``: one sentence, the password masked, no traceback.
     done = db_upgrade("postgresql+psycopg://u:secret@127.0.0.1:1/d")
     assert done.returncode == 1, done.stdout + done.stderr
