@@ -56,17 +56,22 @@ answer soon, so these are waited out like silence."""
 
 
 def answering(engine: Engine, probe: Callable[[Engine], T]) -> T:
-    """``probe(engine)``, a failure to connect turned into :class:`DatabaseUnreachable`:
-    silent when no server answered (refused, unresolved, timed out) or PostgreSQL is starting
-    or stopping; a refusal otherwise (a login, a missing database). SQLite's file either
-    opens or will not, so its failures are refusals."""
+    """``probe(engine)``, a failure to connect turned into :class:`DatabaseUnreachable`."""
     try:
         return probe(engine)
     except OperationalError as exc:
-        reason = str(exc.orig or exc).strip().splitlines()[0]
-        server_said = "FATAL:" in reason and STARTING_OR_STOPPING not in reason
         where = engine.url.render_as_string(hide_password=True)
-        raise DatabaseUnreachable(
-            f"cannot use the read-model database at {where}: {reason}",
-            silent=engine.dialect.name != "sqlite" and not server_said,
-        ) from exc
+        raise unreachable(where, exc, sqlite=engine.dialect.name == "sqlite") from exc
+
+
+def unreachable(where: str, exc: OperationalError, *, sqlite: bool) -> DatabaseUnreachable:
+    """Why the database at ``where`` (its URL, password masked) could not be used: silent
+    when no server answered (refused, unresolved, timed out) or PostgreSQL is starting or
+    stopping; a refusal otherwise (a login, a missing database). SQLite's file either opens
+    or will not, so its failures are refusals."""
+    reason = str(exc.orig or exc).strip().splitlines()[0]
+    server_said = "FATAL:" in reason and STARTING_OR_STOPPING not in reason
+    return DatabaseUnreachable(
+        f"cannot use the read-model database at {where}: {reason}",
+        silent=not sqlite and not server_said,
+    )

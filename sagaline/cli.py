@@ -50,11 +50,11 @@ def _unreachable_database(exc: Exception) -> str | None:
     operational = sys.modules.get("sqlalchemy.exc")  # loaded if a command used the database
     if operational is None or not isinstance(exc, operational.OperationalError):
         return None
+    from readside.engine import unreachable
     from runtime.settings import masked_url
 
-    reason = str(exc.orig or exc).strip().splitlines()[0]
-    where = masked_url(get_settings().database_url)
-    return f"cannot use the read-model database at {where}: {reason}"
+    url = get_settings().database_url
+    return str(unreachable(masked_url(url), exc, sqlite=url.startswith("sqlite")))
 
 
 @click.group(cls=Commands)
