@@ -61,9 +61,7 @@ def resume_from_stored_positions(
         revoked: set[TP] = set(args[1])  # called as (sender, revoked)
         for runner in runners:
             if isinstance(runner, ProcessRunner):
-                runner.states.drop_partitions(
-                    t.partition for t in revoked if t.topic == runner.topic
-                )
+                await runner.revoked(t.partition for t in revoked if t.topic == runner.topic)
 
     app.on_partitions_revoked.connect(drop_revoked)
 

@@ -580,6 +580,18 @@ class ProcessRunner:
         self.metrics.inc(name, "stores")
         self.metrics.add_time(name, "store", time.perf_counter() - started)
 
+    async def revoked(self, partitions: Iterable[int]) -> None:
+        """Partitions are being revoked: their states leave the cache and a new generation
+        begins, which voids the pending states (every partition's: the assignment after
+        may move any of them); then wait for a store already in flight. Faust's revocation
+        waits for the agents' events, which a batch acknowledges after its own store, but
+        not for a store of pending states begun by :meth:`_store_when_due`: without this
+        wait that store could reach the changelog and the local store while Faust revokes
+        and recovers the same partitions (RELIABILITY.md, "Stores that span batches")."""
+        self.states.drop_partitions(partitions)
+        async with self._batching:
+            self._drop_pending_after_rebalance()
+
     def _store_later(self) -> None:
         """Make sure pending states are stored once due, should no batch come to do it."""
         if self._flush_task is None or self._flush_task.done():

@@ -54,10 +54,17 @@ class Table(DictTable):
         super().__init__()
         self.writes: list[tuple[list[StateWrite], dict[tuple[str, int], int]]] = []
         self.fail = False
+        self.acknowledged = asyncio.Event()
+        """Cleared: a write waits for its changelog's acknowledgements until it is set."""
+        self.acknowledged.set()
+        self.in_flight = 0
 
     async def write(self, states: Sequence[StateWrite], positions: Positions) -> None:
         if self.fail:
             raise ConnectionError("changelog not acknowledged")
+        self.in_flight += 1
+        await self.acknowledged.wait()
+        self.in_flight -= 1
         self.writes.append((list(states), dict(positions)))
         await super().write(states, positions)
 
@@ -148,6 +155,28 @@ async def test_a_span_is_stored_when_due_with_no_batch_to_come() -> None:
     assert table.writes == []
     await asyncio.sleep(0.2)
     assert len(table.writes) == 1 and "p1" in table
+
+
+async def test_a_revocation_waits_for_a_store_in_flight_and_voids_what_is_pending() -> None:
+    kafka, table = Kafka(), Table()
+    r = runner(kafka, table, Clock(), every_s=0.05)
+    r.monotonic = asyncio.get_running_loop().time
+    await r.handle_batch([record(lc.SetCapacity(on_hand=2), "p1", 0)])
+    table.acknowledged.clear()
+    while not table.in_flight:  # the runner's task begins storing the span once it is due
+        await asyncio.sleep(0.01)
+    revoking = asyncio.create_task(r.revoked([0]))
+    await asyncio.sleep(0.05)
+    assert not revoking.done()  # the store in flight lands before the revocation goes on
+    table.acknowledged.set()
+    await revoking
+    assert len(table.writes) == 1
+
+    await r.handle_batch([record(lc.SetCapacity(on_hand=3), "p1", 1)])
+    await r.revoked([0])
+    await asyncio.sleep(0.2)  # long past due: nothing decided before the revocation is stored
+    assert len(table.writes) == 1
+    assert r.metrics.counts["inventory.pending_dropped"] == 1
 
 
 async def test_a_crash_within_the_span_replays_into_the_same_messages() -> None:
