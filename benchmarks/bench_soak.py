@@ -402,6 +402,7 @@ async def main(args: argparse.Namespace) -> None:
     csv_path = Path(args.csv or f"{data}.csv")
     print(
         f"machine: {machine()}\ncommit: {git_rev()}  partitions: {settings.partitions}  store: {settings.store}"
+        f"  stores span {settings.store_every_ms} ms"
         f"  rocksdb: one budget of {settings.rocksdb_memory_mb} MiB, write buffer {settings.rocksdb_write_buffer_mb} MiB x 2 per partition"
     )
     print(

@@ -152,13 +152,14 @@ class Settings(BaseSettings):
         gt=0,
         description="An owned input partition with records waiting that has not moved for this long is logged once as stalled (ERROR), once when it moves again, and counted in sagaline_worker_stalled_partitions (services/worker/stalls.py)",
     )
-    # 0 since the fault harness found a store unlike its changelog after a rebalance with
-    # spans on (RELIABILITY.md, "Stores that span batches"): not to be raised until explained.
+    # 100 ms: at 90 sagas/s over three workers it took a fifth of their CPU and a third of
+    # p50 (BENCHMARKS.md, "Stores that span batches, on by default"); longer spans gain
+    # little more and delay a standby's copy and a deadline's scheduling by as much.
     store_every_ms: int = Field(
-        0,
+        100,
         ge=0,
         le=5_000,
-        description="How long a worker may hold decided states before storing them, so that the batches of that span are stored in one changelog write (0: every batch's states are stored before the next batch; outputs are sent and acknowledged batch by batch either way). Experimental: with it above 0 the fault harness found stores unlike their changelogs after a freeze and a lost saga state after a kill (RELIABILITY.md, section Stores that span batches); keep 0 in production",
+        description="How long a worker may hold decided states before storing them, so that the batches of that span are stored in one changelog write; 0: every batch's states are stored before the next batch. Outputs are sent and acknowledged batch by batch either way, so a crash within a span only decides its records again into the same messages (services/worker/runner.py; RELIABILITY.md, section Stores that span batches)",
     )
     deadline_poll_ms: int = Field(
         200, ge=10, description="How often the worker checks for due deadlines"

@@ -58,7 +58,9 @@ read by the next batches (never by the cache, which holds only what the table ho
 a rebalance voids them: a span decided before one is not stored, the positions are read
 again from the table (a partition kept resumes there, with a seek), and its records are
 decided again there or by the partition's new owner. A span is stored when the next batch
-finds it due, or by a task of the runner when no batch comes (:meth:`_store_when_due`).
+finds it due, or by a task of the runner when no batch comes (:meth:`_store_when_due`); a
+revocation waits for that task's store in flight and voids what is pending
+(:meth:`revoked`), so no store lands while Faust revokes and recovers the partitions.
 Deadlines of pending states are scheduled when they are stored, up to a span late.
 
 A key's histories (its seen ids, a participant's finished reservations:
