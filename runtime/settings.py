@@ -152,9 +152,10 @@ class Settings(BaseSettings):
         gt=0,
         description="An owned input partition with records waiting that has not moved for this long is logged once as stalled (ERROR), once when it moves again, and counted in sagaline_worker_stalled_partitions (services/worker/stalls.py)",
     )
-    # 100 ms: at 90 sagas/s over three workers it took a fifth of their CPU and a third of
-    # p50 (BENCHMARKS.md, "Stores that span batches, on by default"); longer spans gain
-    # little more and delay a standby's copy and a deadline's scheduling by as much.
+    # 100 ms: at 90 sagas/s over three workers it took a fifth of their CPU and a quarter
+    # to a third of p50 (BENCHMARKS.md, "Stores that span batches, on by default"). A span
+    # also delays a standby's copy and a deadline's scheduling by up to its length, so it
+    # stays short; longer ones were not measured.
     store_every_ms: int = Field(
         100,
         ge=0,
