@@ -397,6 +397,17 @@ class Settings(BaseSettings):
         ge=1,
         description="Most domain events the projector applies in one database transaction",
     )
+    # Why 50 ms: at a few hundred events a second a fetch returns a handful, and each one
+    # costs a database transaction (its commit and fsync) and Kafka requests whatever its
+    # size; waiting lets aiokafka's fetcher fill its buffer, so one transaction takes what
+    # arrived meanwhile. BENCHMARKS.md ("The projector's linger") measured the CPU it saves;
+    # read models (and consistency tokens) lag by up to this much more.
+    projector_linger_ms: int = Field(
+        50,
+        ge=0,
+        le=10_000,
+        description="After a batch smaller than SAGALINE_PROJECTOR_BATCH_SIZE, how long the projector waits before reading the next, so that below full load it applies fewer, larger transactions; read models and consistency tokens lag by up to this much more. 0: read again at once",
+    )
     projector_commit_delay_ms: int = Field(
         0,
         ge=0,

@@ -39,6 +39,12 @@ class ProjectorPrometheus:
         )
         for result in RESULTS:
             self.events.labels(result)
+        self.batches = Counter(
+            "sagaline_projector_batches",
+            "Batches applied, each in one database transaction (events applied per batch: "
+            "the events' rate over this one; SAGALINE_PROJECTOR_LINGER_MS)",
+            registry=r,
+        )
         self.lag = Gauge(
             "sagaline_projector_lag_records",
             "Events between a partition's end and the projector's position in it",

@@ -9,8 +9,8 @@ Several processes may share the topic: they form one consumer group
 partitions, a revocation waits for the batch in flight (:mod:`services.projector.handover`),
 and a batch moves its partitions' stored offsets only from where it read them, else it rolls
 back whole (the fence): a partition is applied by one process at a time (SCALING.md). The
-group's offsets are committed to Kafka too, after the database, only so that the usual Kafka
-tools can show its lag.
+group's offsets are committed to Kafka too, after the database and at most once a second,
+only so that the usual Kafka tools can show its lag.
 
 No record can stop it: triage never raises, an unknown event type is dead-lettered (and
 applied as skipped), and a batch the database keeps refusing while it answers ``SELECT 1``
@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 STAGE = "projector"
 POLL_MS = 200
 HOUSEKEEPING_S = 5.0
+KAFKA_COMMIT_S = 1.0
+"""How often the offsets go to Kafka too: only its tools read them (the database holds
+the projector's own), and a commit request per small batch costs what the batch does."""
 PRUNE_EVERY_S = 600.0
 # Sagas (or receipts) per prune transaction, and transactions per housekeeping: a prune
 # holds the loop (it runs between batches) for tens of milliseconds per transaction, and
@@ -81,6 +84,9 @@ class Projector:
         self.prom = ProjectorPrometheus()
         self._last_prune = float("-inf")
         self._last_housekeeping = time.monotonic()
+        self._last_kafka_commit = float("-inf")
+        self._to_commit: dict[int, int] = {}
+        """Next offsets applied since the last commit to Kafka."""
         self._last_gap_warning = float("-inf")
         self._failures = 0
         """Batches failed in a row: the wait before the next attempt doubles with each."""
@@ -107,6 +113,9 @@ class Projector:
             await self._subscribe()
             while not stop.is_set():
                 await self.step()
+            if self._to_commit:  # for Kafka's tools only: never worth holding the stop
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._commit_to_kafka(), 2.0)
         finally:
             await self._producer.stop()
             await self._consumer.stop()
@@ -140,9 +149,8 @@ class Projector:
             self._failures += 1
             await asyncio.sleep(self._backoff())
             return
-        fetched = await self._consumer.getmany(
-            timeout_ms=POLL_MS, max_records=self.settings.projector_batch_size
-        )
+        size = self.settings.projector_batch_size
+        fetched = await self._consumer.getmany(timeout_ms=POLL_MS, max_records=size)
         seen = self._owned.seeks
         if fetched:
             async with self._batch:
@@ -151,10 +159,15 @@ class Projector:
             if done is None:
                 await self._recover()
             else:
-                await self._commit_to_kafka(done)
+                self._to_commit.update(done)
+        if time.monotonic() - self._last_kafka_commit >= KAFKA_COMMIT_S:
+            await self._commit_to_kafka()
         await self._measure_lag()
         if time.monotonic() - self._last_housekeeping >= HOUSEKEEPING_S:
             await asyncio.to_thread(self._housekeeping)
+        if fetched and sum(map(len, fetched.values())) < size and self.settings.projector_linger_ms:
+            # Below full load: let the fetcher gather the next batch (the setting's comment).
+            await asyncio.sleep(self.settings.projector_linger_ms / 1000)
 
     async def _measure_lag(self) -> None:
         """Per partition: the end the last fetch saw, less the next offset to project."""
@@ -302,6 +315,7 @@ class Projector:
             log.exception("batch failed; resuming from the stored offsets")
             return None
         self._failures = 0
+        self.prom.batches.inc()
         self._owned.advanced(next_offsets, epochs)
         self._report(applied, malformed + refused_)
         return next_offsets
@@ -366,10 +380,12 @@ class Projector:
         # not overflow a float), so a database that stays down is not hammered.
         return min(2.0 ** min(self._failures - 1, 16), MAX_BACKOFF_S)
 
-    async def _commit_to_kafka(self, next_offsets: Mapping[int, int]) -> None:
+    async def _commit_to_kafka(self) -> None:
+        self._last_kafka_commit = time.monotonic()
         assigned = self._consumer.assignment()
-        offsets = {TopicPartition(self.topic, p): o for p, o in next_offsets.items()}
+        offsets = {TopicPartition(self.topic, p): o for p, o in self._to_commit.items()}
         offsets = {tp: o for tp, o in offsets.items() if tp in assigned}
+        self._to_commit.clear()
         if not offsets:
             return
         try:

@@ -176,6 +176,7 @@ async def _check(stack: Stack, settings: Settings) -> None:
     assert value(projector, "sagaline_projector_events_total", result="applied") == events
     assert value(projector, "sagaline_projector_events_total", result="duplicate") == 0
     assert value(projector, "sagaline_projector_events_total", result="dead_lettered") == 0
+    assert 1 <= value(projector, "sagaline_projector_batches_total") <= events
     assert total(projector, "sagaline_projector_lag_records") == 0
     lagged = [ls for (n, ls) in projector if n == "sagaline_projector_lag_records"]
     assert len(lagged) == settings.partitions
