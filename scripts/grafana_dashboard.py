@@ -217,6 +217,18 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     unit="ops",
                 ),
                 _panel(
+                    "Events per transaction",
+                    [
+                        (
+                            f"sum(rate(sagaline_projector_events_total{RATE})) / "
+                            f"sum(rate(sagaline_projector_batches_total{RATE}))",
+                            "events per database transaction",
+                        )
+                    ],
+                    description="A few at low rates, up to SAGALINE_PROJECTOR_BATCH_SIZE at full "
+                    "load; SAGALINE_PROJECTOR_LINGER_MS gathers them below full load.",
+                ),
+                _panel(
                     "Projector lag, by topic and partition",
                     [
                         (
