@@ -515,7 +515,7 @@ class Settings(BaseSettings):
     cdc_window_s: float = Field(
         10.0,
         gt=0,
-        description="How long the CDC correlator waits for the other rows of one legacy transaction (student, course, link) when no END record says they are all in; its second stage holds a creation or an enrollment twice as long for the rest of an action spread over several transactions. Longer merges more rows into one event, and delays events by as much: at worst three windows (sagas/definitions/legacy_actions.py)",
+        description="How long the CDC correlator waits for the other rows of one legacy transaction (student, course, link) when no END record says they are all in (while its END record says rows are still to come it waits window after window, up to SAGALINE_CDC_RETENTION_S); its second stage holds a creation or an enrollment twice as long for the rest of an action spread over several transactions. Longer merges more rows into one event, and delays events by as much: at worst three windows (sagas/definitions/legacy_actions.py)",
     )
     cdc_retention_s: float = Field(
         3600.0,

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from sagas.contracts.legacy import TransactionEnded
-from sagas.debezium import decode_change, decode_transaction_marker
+from sagas.contracts.legacy import ROW_MODELS, TransactionEnded
+from sagas.debezium import SCHEMA, decode_change, decode_transaction_marker
 from sagas.definitions.legacy_correlator import correlation_key
 from sagas.ids import derive_id
 from sagas.messages import Envelope, _describe
@@ -49,10 +49,28 @@ def marker_envelope(raw: bytes | None, now: datetime) -> Envelope | None:
     marker = decode_transaction_marker(raw)
     if marker.status != "END" or marker.event_count is None:
         return None  # BEGIN: the rows say a transaction started well enough
-    ended = TransactionEnded(tx_id=marker.tx_id, event_count=marker.event_count)
+    count = followed_events(marker.per_table, marker.event_count)
+    if count == 0:
+        return None  # it changed none of the tables the correlator reads
+    ended = TransactionEnded(tx_id=marker.tx_id, event_count=count)
     return Envelope.wrap(
         ended,
         message_id=derive_id("debezium", f"transaction/{marker.tx_id}/END"),
         key=f"tx:{marker.tx_id}",  # correlation_key() of every row of the transaction
         occurred_at=now,
     )
+
+
+FOLLOWED = frozenset(f"{SCHEMA}.{table}" for table in ROW_MODELS)
+"""The tables whose change topics the correlator reads, as Debezium names them in an END
+record's ``data_collections``."""
+
+
+def followed_events(per_table: tuple[tuple[str, int], ...], total: int) -> int:
+    """The change events of an END record's transaction that the correlator will receive:
+    those of the tables it reads. A connector capturing more tables counts their rows in the
+    total, which would hold the transaction open for rows that never come. Without a
+    per-table list, the total."""
+    if not per_table:
+        return total
+    return sum(events for name, events in per_table if name in FOLLOWED)

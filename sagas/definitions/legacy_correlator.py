@@ -6,11 +6,12 @@ This process is keyed by the source transaction (:func:`correlation_key`): it co
 transaction's row changes, dropping any it has seen (Debezium redelivers after a connector
 restart; the row's position identifies it), and closes the transaction when it has all of
 them (the count the transaction topic's END record gives) or when its window ends (a
-durable deadline, ``SAGALINE_CDC_WINDOW_S``), whichever is first. Closing classifies the
-rows (:func:`classify`) into the transaction's business events and sends each, as an
-``ActionPart``, to stage 2 (:mod:`sagas.definitions.legacy_actions`), which merges the
-parts of an action that spanned several transactions and is the only stage that
-publishes. Nothing is published here.
+durable deadline, ``SAGALINE_CDC_WINDOW_S``), whichever is first; a window that ends while
+the END record says rows are owed waits another window, until the key's retention at most.
+Closing classifies the rows (:func:`classify`) into the transaction's business events and
+sends each, as an ``ActionPart``, to stage 2 (:mod:`sagas.definitions.legacy_actions`),
+which merges the parts of an action that spanned several transactions and is the only stage
+that publishes. Nothing is published here.
 
 A transaction's rows are held in its state until it closes, up to :data:`MAX_HELD_BYTES`:
 a bulk statement (``UPDATE school.student ...`` of thousands of rows) is handled in chunks,
@@ -164,6 +165,11 @@ class LegacyCorrelator:
             return Decision(reset)
         if name != WINDOW_DEADLINE or state.status != "open":
             return Decision(state)
+        if state.expected is not None and _received(state) < state.expected:
+            # The END record says rows are still to come: they are behind on their topics (a
+            # worker catching up reads each topic at its own pace), not lost. Wait another
+            # window; the ``expire`` deadline closes the transaction at the latest.
+            return Decision(state, set_deadlines={WINDOW_DEADLINE: ctx.now + self.window})
         return self._close(state)
 
     def _row(

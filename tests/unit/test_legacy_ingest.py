@@ -4,6 +4,7 @@ send was acknowledged."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from sagas.contracts import legacy as lg
 from sagas.definitions.legacy_correlator import correlation_key
 from sagas.ids import derive_id
+from sagas.legacy_ingest import marker_envelope
 from sagas.messages import Envelope
 from services.worker.deadletter import DeadLetter
 from services.worker.ingest import DebeziumIngest
@@ -124,3 +126,28 @@ async def test_nothing_is_stored_when_a_send_is_not_acknowledged() -> None:
     kafka.fail = False
     await edge.handle_batch(batch)
     assert table.positions
+
+
+def _end(collections: list[tuple[str, int]]) -> bytes:
+    return json.dumps(
+        {
+            "status": "END",
+            "id": "771:34567",
+            "event_count": sum(n for _, n in collections),
+            "data_collections": [
+                {"data_collection": name, "event_count": n} for name, n in collections
+            ],
+        }
+    ).encode()
+
+
+def test_an_end_record_counts_only_the_rows_of_the_tables_the_correlator_reads() -> None:
+    """A connector that captures more tables counts their rows too: counted, they would
+    hold the transaction open for rows that never reach the correlator."""
+    both = marker_envelope(_end([("school.student", 1), ("school.audit", 4)]), NOW)
+    assert both is not None
+    assert both.message() == lg.TransactionEnded(tx_id=771, event_count=1)
+    assert marker_envelope(_end([("school.audit", 4)]), NOW) is None  # none of ours
+    listed = _end([("school.student", 1), ("school.course", 1), ("school.student_course", 1)])
+    ours = marker_envelope(listed, NOW)
+    assert ours is not None and ours.message() == lg.TransactionEnded(tx_id=771, event_count=3)
