@@ -28,9 +28,9 @@ from tests.integration.readside import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-LINGER_MS = 300
-TRICKLE = 20  # events a send
-PAUSE_S = 0.05  # between sends: ~400 events a second, a few per fetch without a linger
+LINGER_MS = 500
+TRICKLE = 10  # events a send
+PAUSE_S = 0.05  # between sends: ~200 events a second, a few per fetch without a linger
 
 
 async def test_a_lingering_projector_applies_a_trickle_in_fewer_transactions(
