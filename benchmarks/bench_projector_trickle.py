@@ -44,6 +44,7 @@ from tests.integration.readside import (
     applied_offsets,
     fresh_database,
     read_engine,
+    wait_until_applied,
 )
 
 
@@ -60,7 +61,7 @@ async def one_run(linger_ms: int, rate: float, seconds: float) -> str:
 async def _measured(
     settings: Settings, linger_ms: int, rate: float, seconds: float, tmp: Path
 ) -> str:
-    orders = int(rate * seconds / 6) + 1
+    orders = int(rate * seconds / 6) + 1  # enough: a golden saga makes about eight events
     events = golden_events(orders=orders, products=200)[: int(rate * seconds)]
     topic = settings.topic(EVENTS)
     port = free_port()
@@ -82,12 +83,8 @@ async def _measured(
             assert projector.proc is not None
             pid = projector.proc.pid
             before_cpu, before_batches = cpu_seconds(pid), await batches(port)
-            written, lags = await trickle(producer, topic, events, rate, engine)
-            ends = dict(written)
-            while sum((await asyncio.to_thread(applied_offsets, engine, topic)).values()) < sum(
-                ends.values()
-            ):
-                await asyncio.sleep(0.05)
+            ends, lags = await trickle(producer, topic, events, rate, engine)
+            await wait_until_applied(engine, topic, ends, timeout=300)
             cpu = cpu_seconds(pid) - before_cpu
             transactions = await batches(port) - before_batches
         finally:

@@ -165,7 +165,7 @@ class LegacyCorrelator:
             return Decision(reset)
         if name != WINDOW_DEADLINE or state.status != "open":
             return Decision(state)
-        if state.expected is not None and _received(state) < state.expected:
+        if state.expected is not None and not _all_in(state):
             # The END record says rows are still to come: they are behind on their topics (a
             # worker catching up reads each topic at its own pace), not lost. Wait another
             # window; the ``expire`` deadline closes the transaction at the latest.
@@ -208,7 +208,7 @@ class LegacyCorrelator:
                 "status": "open",
             },
         )
-        if opened.expected is not None and _received(opened) >= opened.expected:
+        if _all_in(opened):
             return self._close(opened)
         window = {WINDOW_DEADLINE: ctx.now + self.window} if state.status == "empty" else {}
         if opened.held_bytes > MAX_HELD_BYTES:
@@ -222,7 +222,7 @@ class LegacyCorrelator:
         if state.status == "closed" or state.expected is not None:
             return Decision(state)
         known = checked_copy(state, {"expected": end.event_count})
-        if state.status == "open" and _received(state) >= end.event_count:
+        if state.status == "open" and _all_in(known):
             return self._close(known)
         return Decision(known)
 
@@ -256,6 +256,11 @@ class LegacyCorrelator:
 def _received(state: TransactionState) -> int:
     """Rows of the open transaction processed: sent in chunks, and held."""
     return state.sent_rows + len(state.rows)
+
+
+def _all_in(state: TransactionState) -> bool:
+    """Every row the END record counted has been processed (False before the END record)."""
+    return state.expected is not None and _received(state) >= state.expected
 
 
 def _stored_size(change: RowChanged) -> int:

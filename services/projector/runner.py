@@ -207,6 +207,8 @@ class Projector:
             )
         try:
             self._owned.release({tp.partition for tp in revoked})
+            for tp in revoked:  # their next owner reports them to Kafka from now on
+                self._to_commit.pop(tp.partition, None)
             for tp in revoked:
                 with contextlib.suppress(KeyError):  # no lag measured for it yet
                     self.prom.lag.remove(tp.topic, str(tp.partition))
