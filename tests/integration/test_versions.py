@@ -52,7 +52,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 ROOT = Path(__file__).parents[2]
 TIMEOUT_S = 30.0
-"""The step timeout of the worker at version 2 (the others: 300 s, none fires)."""
+"""The step timeout of the worker at version 2 (the others: 900 s, none fires)."""
+HELD_S = 900.0
+"""The other workers' step timeout and the stock reservation's TTL: longer than the whole
+test on a slow box, so that the version-1 orders that must stay in AUTHORIZING neither time
+out nor lose their reservation (its expiry cancels them) while version 3 runs."""
 
 
 class VersionedWorker(ServiceProcess):
@@ -146,7 +150,9 @@ async def stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[Settings, Path, Orders]]:
     tmp = tmp_path_factory.mktemp("versions")
-    settings = isolated_settings(tmp, step_timeout_s=300.0, payment_silent_methods="hang")
+    settings = isolated_settings(
+        tmp, step_timeout_s=HELD_S, reservation_ttl_s=HELD_S, payment_silent_methods="hang"
+    )
     await create_topics(settings)
     bus, tail = CommandBus(settings), EventTail(settings, from_beginning=True)
     await bus.start()
