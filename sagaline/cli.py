@@ -117,7 +117,7 @@ def worker() -> None:
     from runtime.topics import TopicMismatch, check_topics
     from sagaline.wiring import build_processes
     from services.worker.bounded import BoundedWorker
-    from services.worker.faust_app import create_app
+    from services.worker.faust_app import create_app, store_before_stop
     from services.worker.stale_stores import judge_at_start
 
     _logging()  # until Faust configures its own: the wait for the broker speaks
@@ -129,12 +129,13 @@ def worker() -> None:
         currency = asyncio.run(judge_at_start(settings)) if settings.store == "rocksdb" else None
     except (TopicMismatch, KafkaUnreachable) as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
-    app, _ = create_app(settings, build_processes(settings), currency=currency)
+    app, runners = create_app(settings, build_processes(settings), currency=currency)
     gc_tuning.tune(settings.gc_threshold, settings.gc_freeze)
     sys.argv = [sys.argv[0], "worker", "--loglevel", settings.log_level.lower()]
     faust_worker = BoundedWorker(
         app,
         grace_s=settings.shutdown_grace_s,
+        before_stop=lambda: store_before_stop(runners),
         loglevel=settings.log_level.lower(),
         logging_config=dict_config(settings.log_level, settings.log_format),
     )

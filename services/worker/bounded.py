@@ -2,17 +2,24 @@
 
 mode's ``Worker`` installs its own SIGTERM/SIGINT handlers on the event loop and stops the
 app from there; with the broker gone that stop can wait forever (aiokafka's fetcher never
-closes). The handlers below arm the watchdog first, then do what mode does.
+closes). The handlers below arm the watchdog first, then do what mode does. A stop first
+runs ``before_stop`` (the runners store what they hold pending), within half the grace, so
+that Faust's own stop keeps the other half.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
 
 from runtime.shutdown import Watchdog
 from services.worker.faust_seam import SignalHookedWorker
+
+log = logging.getLogger(__name__)
 
 UNDONE = (
     "exiting without a final offset commit (broker unreachable?) — nothing is lost: "
@@ -21,8 +28,20 @@ UNDONE = (
 
 
 class BoundedWorker(SignalHookedWorker):
-    def __init__(self, app: faust.App, *, grace_s: float, **kwargs: Any) -> None:
+    before_stop: Callable[[], Awaitable[None]] | None = None
+    _before_stop_s = 0.0
+
+    def __init__(
+        self,
+        app: faust.App,
+        *,
+        grace_s: float,
+        before_stop: Callable[[], Awaitable[None]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.watchdog = Watchdog("worker", grace_s, UNDONE)
+        self.before_stop = before_stop
+        self._before_stop_s = grace_s / 2
         super().__init__(app, **kwargs)
 
     def before_signal(self, signum: int) -> None:
@@ -36,4 +55,15 @@ class BoundedWorker(SignalHookedWorker):
         # after the grace, non-zero, and its supervisor starts it again; the stored
         # positions lose nothing.
         self.watchdog.arm()
+        if self.before_stop is not None:
+            before, self.before_stop = self.before_stop, None  # once, however many stops
+            try:
+                await asyncio.wait_for(before(), self._before_stop_s)
+            except Exception as exc:  # nothing is lost: the next start decides it again
+                log.warning(
+                    "worker: pending states not stored before stopping (%s: %s); the next "
+                    "start decides their records again from the stored positions",
+                    type(exc).__name__,
+                    exc,
+                )
         await super().stop()

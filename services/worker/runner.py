@@ -594,6 +594,17 @@ class ProcessRunner:
         async with self._batching:
             self._drop_pending_after_rebalance()
 
+    async def stopping(self) -> None:
+        """The worker is stopping: store what is pending now, and each later batch's states
+        before the next. A clean stop then leaves nothing decided and acknowledged to be
+        decided again at the next start, where the settings may have changed (a record
+        dead-lettered for a limit the restart raised would be decided anew, beside its
+        letter) and the outputs would be sent a second time. A crash still decides the
+        span again (module doc): that is the guarantee; this only keeps a stop clean."""
+        self.store_every_s = 0.0
+        async with self._batching:
+            await self._store_pending()
+
     def _store_later(self) -> None:
         """Make sure pending states are stored once due, should no batch come to do it."""
         if self._flush_task is None or self._flush_task.done():

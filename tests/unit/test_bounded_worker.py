@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 import faust
@@ -48,3 +49,48 @@ def test_a_stop_signal_arms_the_watchdog_before_mode_stops_the_worker(
     monkeypatch.setattr(faust.Worker, handler, lambda self: steps.append("mode stops"))
     getattr(worker, handler)()  # what mode's loop calls on the signal
     assert steps == [signum, "mode stops"]
+
+
+def _worker(grace_s: float, before_stop: object, steps: list[object]) -> BoundedWorker:
+    worker = BoundedWorker.__new__(BoundedWorker)  # no app: only the stop path is tested
+    worker.watchdog = Watchdog("worker", grace_s, bounded.UNDONE)
+    worker.watchdog.arm = lambda signum=None: steps.append("armed")  # type: ignore[method-assign]
+    worker.before_stop = before_stop  # type: ignore[assignment]
+    worker._before_stop_s = grace_s / 2
+    return worker
+
+
+async def test_the_runners_store_what_is_pending_before_faust_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps: list[object] = []
+
+    async def store() -> None:
+        steps.append("stored")
+
+    async def rest_of_stop(self: object) -> None:
+        steps.append("faust stops")
+
+    monkeypatch.setattr(bounded.faust.Worker, "stop", rest_of_stop)
+    worker = _worker(8.0, store, steps)
+    await worker.stop()
+    await worker.stop()  # a second stop (Faust's own, after the signal's) stores nothing more
+    assert steps == ["armed", "stored", "faust stops", "armed", "faust stops"]
+
+
+async def test_a_store_that_hangs_gives_faust_half_the_grace(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    steps: list[object] = []
+
+    async def hang() -> None:
+        await asyncio.Event().wait()  # the broker is gone: the changelog never acknowledges
+
+    async def rest_of_stop(self: object) -> None:
+        steps.append(asyncio.get_running_loop().time())
+
+    monkeypatch.setattr(bounded.faust.Worker, "stop", rest_of_stop)
+    started = asyncio.get_running_loop().time()
+    await _worker(0.2, hang, steps).stop()
+    assert steps[0] == "armed" and 0.1 <= steps[1] - started < 0.2  # type: ignore[operator]
+    assert "the next start decides their records again" in caplog.text

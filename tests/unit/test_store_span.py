@@ -179,6 +179,22 @@ async def test_a_revocation_waits_for_a_store_in_flight_and_voids_what_is_pendin
     assert r.metrics.counts["inventory.pending_dropped"] == 1
 
 
+async def test_a_stop_stores_what_is_pending_and_every_batch_after_it_at_once() -> None:
+    kafka, table, clock = Kafka(), Table(), Clock()
+    r = runner(kafka, table, clock, every_s=60.0)
+    records = traffic()
+    for rec in records[:3]:
+        await r.handle_batch([rec])
+    assert table.writes == []  # pending: far from due
+    await r.stopping()
+    [(_, positions)] = table.writes
+    assert positions == {(TOPIC, 0): 3}  # the next offset to read: nothing left to decide again
+    await r.handle_batch([records[3]])  # a batch between the signal and the agents' stop
+    assert len(table.writes) == 2 and table.positions[(TOPIC, 0)] == 4
+    await r.revoked([0])  # the revocation that follows finds nothing to void
+    assert "inventory.pending_dropped" not in r.metrics.counts
+
+
 async def test_a_crash_within_the_span_replays_into_the_same_messages() -> None:
     kafka, table, clock = Kafka(), Table(), Clock()
     r = runner(kafka, table, clock)
