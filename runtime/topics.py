@@ -31,6 +31,7 @@ from sagas.catalog import PAYMENT as PAYMENT
 from sagas.catalog import PROCESS_CHANNELS as PROCESS_CHANNELS
 from sagas.contracts import debezium_records
 from sagas.contracts.deadletters import DeadLetterBody, RedriveRecord
+from sagas.contracts.legacy import ROW_MODELS, SCHEMA
 from sagas.messages import Message
 
 # Logical channels: the saga core names its processes' (sagas.catalog); each maps to one topic.
@@ -204,15 +205,13 @@ def _process_records(channel: str) -> Records:
     )
 
 
-LEGACY_TABLES = ("student", "course", "student_course")
-"""The legacy school tables Debezium captures (``deploy/local/legacy/school.sql``)."""
 LEGACY_INGEST = "legacy-ingest"
 """The worker's Debezium ingest edge: names its agent and its table of read positions."""
 
 
 def legacy_table_topics(settings: Settings) -> list[str]:
     """Debezium's change topics of the legacy tables: ``<prefix>.<schema>.<table>``."""
-    return [f"{settings.cdc_topic_prefix}.school.{table}" for table in LEGACY_TABLES]
+    return [f"{settings.cdc_topic_prefix}.{SCHEMA}.{table}" for table in ROW_MODELS]
 
 
 def legacy_transaction_topic(settings: Settings) -> str:
@@ -244,12 +243,8 @@ def external_topics(settings: Settings) -> list[TopicSpec]:
                 consumers=ingest,
             ),
         )
-        for table, topic, key in zip(
-            LEGACY_TABLES,
-            legacy_table_topics(settings),
-            ('{"id": ...}', '{"id": ...}', '{"student_id": ..., "course_id": ...}'),
-            strict=True,
-        )
+        for table, topic in zip(ROW_MODELS, legacy_table_topics(settings), strict=True)
+        for key in ["{" + ", ".join(f'"{c}": ...' for c in ROW_MODELS[table].KEY) + "}"]
     ]
     specs.append(
         TopicSpec(

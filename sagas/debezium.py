@@ -20,12 +20,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from sagas.contracts.legacy import ROW_MODELS, RowChanged
+from sagas.contracts.legacy import ROW_MODELS, SCHEMA, RowChanged
 from sagas.messages import _describe
 from sagas.untrusted import ContractError, bounded, is_digits, parse_object
 
-SCHEMA = "school"
-"""The legacy schema whose tables the correlator follows."""
 SNAPSHOT_MARKS = frozenset(
     {"true", "first", "first_in_data_collection", "last_in_data_collection", "last"}
 )
@@ -103,8 +101,7 @@ def _row(table: str, image: Any) -> Any:
 def _primary_key(table: str, row: Any) -> str:
     if not isinstance(row, dict):
         raise ContractError(f"Debezium record: the {table} row is not an object")
-    parts = ("student_id", "course_id") if table == "student_course" else ("id",)
-    values = [row.get(p) for p in parts]
+    values = [row.get(p) for p in ROW_MODELS[table].KEY]
     if not all(isinstance(v, str) and v for v in values):
         raise ContractError(f"Debezium record: the {table} row has no primary key")
     return "/".join(str(v) for v in values)

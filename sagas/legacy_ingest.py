@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from sagas.contracts.legacy import ROW_MODELS, TransactionEnded
-from sagas.debezium import SCHEMA, decode_change, decode_transaction_marker
+from sagas.contracts.legacy import ROW_MODELS, SCHEMA, TransactionEnded
+from sagas.debezium import decode_change, decode_transaction_marker
 from sagas.definitions.legacy_correlator import correlation_key
 from sagas.ids import derive_id
 from sagas.messages import Envelope, _describe

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sagas.contracts.legacy import CourseRow, LinkRow, Operation, StudentRow
+from sagas.contracts.legacy import CourseRow, LinkRow, Operation, StudentRow, Table
 
 
 class _Open(BaseModel):
@@ -33,7 +33,7 @@ class DebeziumSource(_Open):
     name: str = Field(description="The connector's topic.prefix")
     db: str
     schema_: str = Field(alias="schema")
-    table: Literal["student", "course", "student_course"]
+    table: Table
     txId: int | None = Field(description="The source transaction: the correlation key")
     lsn: int | None = Field(
         description="Log sequence number: with table, op and key, the dedupe position"

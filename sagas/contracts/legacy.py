@@ -10,7 +10,7 @@ tables' (``deploy/local/legacy/school.sql``); texts are bounded so a hostile row
 make a record too large.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +24,11 @@ LegacyText = Annotated[str, Field(max_length=1000)]
 LegacyInt = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 """A PostgreSQL ``int`` column."""
 
+SCHEMA = "school"
+"""The legacy schema whose tables the correlator follows."""
 Table = Literal["student", "course", "student_course"]
+"""The legacy tables the correlator follows (the type; :data:`ROW_MODELS`, the registry every
+component iterates over: Debezium's topics, the decoder, the correlator)."""
 Operation = Literal["c", "u", "d", "r"]
 """Debezium's ``op``: create, update, delete, read (a snapshot row)."""
 
@@ -34,6 +38,9 @@ class _Row(BaseModel):
 
 
 class StudentRow(_Row):
+    KEY: ClassVar[tuple[str, ...]] = ("id",)
+    """The primary key's columns: Debezium's record key, and a row change's position."""
+
     id: LegacyId
     name: LegacyText | None = None
     email: LegacyText | None = None
@@ -41,6 +48,8 @@ class StudentRow(_Row):
 
 
 class CourseRow(_Row):
+    KEY: ClassVar[tuple[str, ...]] = ("id",)
+
     id: LegacyId
     title: LegacyText | None = None
     teacher: LegacyText | None = None
@@ -50,6 +59,8 @@ class CourseRow(_Row):
 
 class LinkRow(_Row):
     """A ``student_course`` row: the student enrolled in the course."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("student_id", "course_id")
 
     student_id: LegacyId
     course_id: LegacyId
@@ -61,6 +72,7 @@ ROW_MODELS: dict[str, type[StudentRow] | type[CourseRow] | type[LinkRow]] = {
     "course": CourseRow,
     "student_course": LinkRow,
 }
+assert tuple(ROW_MODELS) == get_args(Table), "one row model per followed table"
 
 
 class RowChanged(Message):
