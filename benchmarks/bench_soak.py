@@ -316,11 +316,21 @@ def print_state(
     print(f"p99 per quarter: {shown}  (target <= 150 ms in each: {verdict})")
     if events:
         print_p99_outside_faults(soak, events)
+    print_p99_per_minute(soak)
     rebuilds = soak_state.deadline_rebuilds(sorted(data.rglob("worker-*.log")))
     print(f"deadline index rebuilds: {len(rebuilds)} (channel: keys, in time order)")
     for channel in sorted({r.channel for r in rebuilds}):
         counts = [str(r.keys) for r in rebuilds if r.channel == channel]
         print(f"  {channel}: {' '.join(counts[-40:])}")
+
+
+def print_p99_per_minute(soak: Soak) -> None:
+    """p99 of the orders sent in each minute of the soak: where within a quarter it rose."""
+    by_minute: dict[int, list[float]] = {}
+    for sent, end, *_ in soak.done:
+        by_minute.setdefault(int((sent - soak.start) // 60), []).append((end - sent) * 1000)
+    shown = " ".join(f"{percentile(by_minute[m], 99):.0f}" for m in sorted(by_minute))
+    print(f"p99 per minute (ms, the orders sent in it): {shown}")
 
 
 def print_p99_outside_faults(soak: Soak, events: list[soak_faults.Event]) -> None:
