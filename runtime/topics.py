@@ -214,6 +214,11 @@ def legacy_table_topics(settings: Settings) -> list[str]:
     return [f"{settings.cdc_topic_prefix}.{SCHEMA}.{table}" for table in ROW_MODELS]
 
 
+def _key_shape(table: str) -> str:
+    """A legacy table's record key as Debezium writes it: ``{"id": ...}``."""
+    return "{" + ", ".join(f'"{column}": ...' for column in ROW_MODELS[table].KEY) + "}"
+
+
 def legacy_transaction_topic(settings: Settings) -> str:
     """Debezium's transaction metadata topic (``provide.transaction.metadata=true``)."""
     return f"{settings.cdc_topic_prefix}.transaction"
@@ -236,15 +241,14 @@ def external_topics(settings: Settings) -> list[TopicSpec]:
             topic,
             n,
             records=Records(
-                f"Changes of the legacy `school.{table}` table, one per row change.{wrapper}",
-                key=f"Debezium's JSON of the row's primary key: {key}",
+                f"Changes of the legacy `{SCHEMA}.{table}` table, one per row change.{wrapper}",
+                key=f"Debezium's JSON of the row's primary key: {_key_shape(table)}",
                 body=debezium_records.BY_TABLE[table],
                 producers=debezium,
                 consumers=ingest,
             ),
         )
         for table, topic in zip(ROW_MODELS, legacy_table_topics(settings), strict=True)
-        for key in ["{" + ", ".join(f'"{c}": ...' for c in ROW_MODELS[table].KEY) + "}"]
     ]
     specs.append(
         TopicSpec(

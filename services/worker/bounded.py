@@ -29,7 +29,6 @@ UNDONE = (
 
 class BoundedWorker(SignalHookedWorker):
     before_stop: Callable[[], Awaitable[None]] | None = None
-    _before_stop_s = 0.0
 
     def __init__(
         self,
