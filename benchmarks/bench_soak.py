@@ -609,9 +609,9 @@ if __name__ == "__main__":
         "--projector", action="store_true", help="a projector into a fresh PostgreSQL database"
     )
     # Not 60: a changelog's count is a sawtooth with the period of its segments' roll
-    # (segment.ms, 60 s in a soak of a minute's retention: the active segment fills, rolls,
+    # (segment.ms, 15 s in a soak of a minute's retention: the active segment fills, rolls,
     # and is compacted). Counted at that very period, run 7 read one phase of it for eight
-    # minutes and another for the next ten; 37 s, prime to 60, spreads the counts over it.
+    # minutes and another for the next ten; 37 s, prime to 15 and 60, spreads the counts over it.
     issue25.add_argument(
         "--state-s", type=float, default=37, help="how often the state is counted (s)"
     )

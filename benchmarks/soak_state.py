@@ -251,7 +251,7 @@ def shortened_changelog_config(seconds: float) -> dict[str, str]:
     compacted within a few retentions, tombstones kept one."""
     ms = str(int(seconds * 1000))
     return {
-        "segment.ms": ms,
+        "segment.ms": str(int(seconds * 250)),  # a quarter, as in production
         "max.compaction.lag.ms": str(int(seconds * 2000)),
         "delete.retention.ms": ms,
     }

@@ -45,9 +45,12 @@ CHANGELOG_CONFIG: dict[str, str] = {
     "cleanup.policy": "compact",
     # Compaction never touches the active segment: a changelog that rolls a segment only at
     # Kafka's defaults (7 days or 1 GiB) keeps a week of every key's superseded values and
-    # of retired keys' records, tombstones included, whatever the worker deletes. An hour,
-    # or 64 MiB on a busy changelog, bounds what waits in the active segment.
-    "segment.ms": str(3_600_000),
+    # of retired keys' records, tombstones included, whatever the worker deletes. Fifteen
+    # minutes (a quarter of SAGALINE_RETIRE_AFTER_S's default), or 64 MiB on a busy
+    # changelog, bounds what waits there: a segment of a whole retention's writes holds as
+    # many records as the live keys, so the log swung between one and two times its live
+    # size with each roll (the soak's runs 16-17), and a recovering worker read whichever.
+    "segment.ms": str(900_000),
     "segment.bytes": str(64 * 1024 * 1024),
     # Clean once a tenth of the log is superseded (Kafka's 0.5 lets a changelog grow to
     # twice its live keys between passes): the changelog, which a recovering worker reads
@@ -313,7 +316,7 @@ async def correct_configs(
 ) -> list[str]:
     """Set, on every declared topic (or every one of ``specs``) that exists, each config its
     declaration names and the broker holds otherwise; returns a line per topic changed,
-    saying what changed (``topic: segment.ms 604800000 -> 3600000``). The topic's other
+    saying what changed (``topic: segment.ms 604800000 -> 900000``). The topic's other
     configs set on it are kept (an alter replaces a topic's whole set: they are sent too)."""
     admin = await _started_admin(settings)
     try:

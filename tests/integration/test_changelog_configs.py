@@ -63,7 +63,7 @@ async def test_new_changelogs_get_the_config_and_old_ones_are_corrected_with_a_l
             assert {k: have[k] for k in CHANGELOG_CONFIG} == CHANGELOG_CONFIG, spec.name
     lines = await correct_configs(settings)
     assert lines == [
-        f"{changelog}: segment.ms 604800000 -> 3600000, segment.bytes 1073741824 -> 67108864, "
+        f"{changelog}: segment.ms 604800000 -> 900000, segment.bytes 1073741824 -> 67108864, "
         "min.cleanable.dirty.ratio 0.5 -> 0.1, max.compaction.lag.ms 9223372036854775807 -> "
         "21600000"
     ]
