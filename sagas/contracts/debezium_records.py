@@ -14,11 +14,11 @@ tombstone (null value) follows each delete.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from sagas.contracts.legacy import CourseRow, LinkRow, Operation, StudentRow, Table
+from sagas.contracts.legacy import ROW_MODELS, Operation, Row, Table
 
 
 class _Open(BaseModel):
@@ -57,27 +57,25 @@ class _Change(_Open):
     )
 
 
-class StudentChange(_Change):
-    """A change of a ``school.student`` row (``<prefix>.school.student``; key: ``{"id"}``)."""
+def _change_model(table: str, row: type[Row]) -> type[_Change]:
+    """The change record of ``table``, whose rows ``row`` describes (``StudentRow`` ->
+    ``StudentChange``)."""
+    key = ", ".join(f'"{c}"' for c in row.KEY)
+    doc = (
+        f"A change of a ``school.{table}`` row (``<prefix>.school.{table}``; key: ``{{{key}}}``)."
+        " A primary-key update is a delete, a tombstone and a create with one LSN."
+    )
+    name = row.__name__.removesuffix("Row") + "Change"
+    nullable: Any = row | None  # a type made at run time, which mypy cannot follow
+    model = create_model(
+        name, __base__=_Change, __doc__=doc, before=(nullable, ...), after=(nullable, ...)
+    )
+    model.__module__ = __name__
+    return model
 
-    before: StudentRow | None
-    after: StudentRow | None
 
-
-class CourseChange(_Change):
-    """A change of a ``school.course`` row (``<prefix>.school.course``; key: ``{"id"}``)."""
-
-    before: CourseRow | None
-    after: CourseRow | None
-
-
-class LinkChange(_Change):
-    """A change of a ``school.student_course`` row (``<prefix>.school.student_course``; key:
-    ``{"student_id", "course_id"}``). A primary-key update is a delete, a tombstone and a
-    create with one LSN."""
-
-    before: LinkRow | None
-    after: LinkRow | None
+BY_TABLE: dict[str, type[_Change]] = {t: _change_model(t, r) for t, r in ROW_MODELS.items()}
+"""One change record per followed table: legacy.ROW_MODELS is the registry."""
 
 
 class DebeziumTransaction(_Open):
@@ -89,10 +87,3 @@ class DebeziumTransaction(_Open):
     event_count: int | None
     data_collections: list[dict[str, object]] | None
     ts_ms: int
-
-
-BY_TABLE: dict[str, type[_Change]] = {
-    "student": StudentChange,
-    "course": CourseChange,
-    "student_course": LinkChange,
-}

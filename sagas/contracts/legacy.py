@@ -36,11 +36,12 @@ Operation = Literal["c", "u", "d", "r"]
 class _Row(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class StudentRow(_Row):
-    KEY: ClassVar[tuple[str, ...]] = ("id",)
+    KEY: ClassVar[tuple[str, ...]]
     """The primary key's columns: Debezium's record key, and a row change's position."""
 
+
+class StudentRow(_Row):
+    KEY = ("id",)
     id: LegacyId
     name: LegacyText | None = None
     email: LegacyText | None = None
@@ -48,7 +49,7 @@ class StudentRow(_Row):
 
 
 class CourseRow(_Row):
-    KEY: ClassVar[tuple[str, ...]] = ("id",)
+    KEY = ("id",)
 
     id: LegacyId
     title: LegacyText | None = None
@@ -60,14 +61,14 @@ class CourseRow(_Row):
 class LinkRow(_Row):
     """A ``student_course`` row: the student enrolled in the course."""
 
-    KEY: ClassVar[tuple[str, ...]] = ("student_id", "course_id")
+    KEY = ("student_id", "course_id")
 
     student_id: LegacyId
     course_id: LegacyId
 
 
 Row = StudentRow | CourseRow | LinkRow
-ROW_MODELS: dict[str, type[StudentRow] | type[CourseRow] | type[LinkRow]] = {
+ROW_MODELS: dict[str, type[Row]] = {
     "student": StudentRow,
     "course": CourseRow,
     "student_course": LinkRow,
