@@ -50,6 +50,8 @@ CHANGELOG_CONFIG: dict[str, str] = {
     # changelog, bounds what waits there: a segment of a whole retention's writes holds as
     # many records as the live keys, so the log swung between one and two times its live
     # size with each roll (the soak's runs 16-17), and a recovering worker read whichever.
+    # The price: four cleaner passes where there was one, each rewriting the log (about 3%
+    # of a broker core in the soak at its shortened timings: BENCHMARKS.md, runs 18-19).
     "segment.ms": str(900_000),
     "segment.bytes": str(64 * 1024 * 1024),
     # Clean once a tenth of the log is superseded (Kafka's 0.5 lets a changelog grow to
