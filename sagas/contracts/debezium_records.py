@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from sagas.contracts.legacy import ROW_MODELS, Operation, Row, Table
+from sagas.contracts.legacy import ROW_MODELS, SCHEMA, Operation, Row, Table
 
 
 class _Open(BaseModel):
@@ -62,7 +62,8 @@ def _change_model(table: str, row: type[Row]) -> type[_Change]:
     ``StudentChange``)."""
     key = ", ".join(f'"{c}"' for c in row.KEY)
     doc = (
-        f"A change of a ``school.{table}`` row (``<prefix>.school.{table}``; key: ``{{{key}}}``)."
+        f"A change of a ``{SCHEMA}.{table}`` row (``<prefix>.{SCHEMA}.{table}``; key:"
+        f" ``{{{key}}}``)."
         " A primary-key update is a delete, a tombstone and a create with one LSN."
     )
     name = row.__name__.removesuffix("Row") + "Change"

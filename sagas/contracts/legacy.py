@@ -42,6 +42,7 @@ class _Row(BaseModel):
 
 class StudentRow(_Row):
     KEY = ("id",)
+
     id: LegacyId
     name: LegacyText | None = None
     email: LegacyText | None = None
