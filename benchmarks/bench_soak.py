@@ -91,6 +91,34 @@ def smaps_rollup(pid: int) -> dict[str, float]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds ``pid`` has used, all its threads (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds of a changing set of processes since the first reading: a restarted
+    worker's new process counts from its own start, so a fault never subtracts."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, float] | None = None
+        self.total = 0.0
+
+    def read(self, pids: list[int]) -> float:
+        first = self._last is None
+        last = self._last = self._last or {}
+        for pid in pids:
+            try:
+                now = cpu_seconds(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # gone between the listing and the read: its last reading stands
+            self.total += now - last.get(pid, now if first else 0.0)
+            last[pid] = now
+        return self.total
+
+
 def worker_gauges(text: str) -> dict[str, float]:
     """The memory gauges of one /metrics page (see services/worker/memory.py)."""
     out: dict[str, float] = {}
@@ -117,6 +145,8 @@ class Soak:
 
     pid: int
     metrics_url: str
+    worker_pids: Callable[[], list[int]] = list
+    """The pids of every worker process now (their CPU is sampled as ``cpu_s``)."""
     start: float = 0.0
     """Monotonic time the soak phase began (samples before it are the warm-up's)."""
     seconds: float = 0.0
@@ -133,6 +163,7 @@ class Soak:
 
     async def sample_forever(self, every: float) -> None:
         t0 = time.monotonic()
+        cpu = CpuMeter()
         async with httpx.AsyncClient(timeout=10) as http:
             while True:
                 row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1), "phase": self.phase}
@@ -144,6 +175,7 @@ class Soak:
                     row.update(worker_gauges((await http.get(self.metrics_url)).text))
                 except httpx.HTTPError as exc:
                     row["scrape_error"] = type(exc).__name__
+                row["cpu_s"] = cpu.read(self.worker_pids())
                 row["completed"] = len(self.done)
                 row["load1"] = os.getloadavg()[0]
                 row["mono"] = time.monotonic()
@@ -331,6 +363,23 @@ def print_p99_per_minute(soak: Soak) -> None:
         by_minute.setdefault(int((sent - soak.start) // 60), []).append((end - sent) * 1000)
     shown = " ".join(f"{percentile(by_minute[m], 99):.0f}" for m in sorted(by_minute))
     print(f"p99 per minute (ms, the orders sent in it): {shown}")
+    print(f"worker CPU per minute (ms a saga ended in it, every worker): {cpu_per_minute(soak)}")
+
+
+def cpu_per_minute(soak: Soak) -> str:
+    """Each soak minute's worker CPU (every worker process, from the samples at its ends)
+    over the sagas that ended in it: what a saga costs, retirement's ticks included."""
+    rows = [r for r in soak.samples if r["phase"] == "soak" and "cpu_s" in r]
+    by_minute: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_minute.setdefault(int((r["mono"] - soak.start) // 60), []).append(r)
+    shown = []
+    for m in sorted(by_minute):
+        first, last = by_minute[m][0], by_minute[m][-1]
+        ended = last["completed"] - first["completed"]
+        cpu = last["cpu_s"] - first["cpu_s"]
+        shown.append(f"{1000 * cpu / ended:.2f}" if ended > 0 else "-")
+    return " ".join(shown)
 
 
 def print_p99_outside_faults(soak: Soak, events: list[soak_faults.Event]) -> None:
@@ -455,6 +504,7 @@ async def main(args: argparse.Namespace) -> None:
         f"http://127.0.0.1:{settings.worker_web_port}/metrics",
         seconds=args.minutes * 60,
         partitions=settings.partitions,
+        worker_pids=lambda: [w.proc.pid for w in workers if w.proc is not None],
     )
     sampler = asyncio.create_task(soak.sample_forever(args.sample_s))
     states = asyncio.create_task(sample_state(soak, settings, workers, database_url, args.state_s))
