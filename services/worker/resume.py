@@ -57,13 +57,13 @@ def resume_from_stored_positions(
 
     after_seek_to_committed(app, seek_to_stored)
 
-    async def drop_revoked(*args: Any, **kwargs: Any) -> None:
+    async def settle_revoked(*args: Any, **kwargs: Any) -> None:
         revoked: set[TP] = set(args[1])  # called as (sender, revoked)
         for runner in runners:
             if isinstance(runner, ProcessRunner):
                 await runner.revoked(t.partition for t in revoked if t.topic == runner.topic)
 
-    app.on_partitions_revoked.connect(drop_revoked)
+    app.on_partitions_revoked.connect(settle_revoked)
 
 
 def reseek_overdue_gaps(app: faust.App, runners: Sequence[Batched]) -> None:
