@@ -472,11 +472,11 @@ async def main(args: argparse.Namespace) -> None:
     )
     await create_topics(settings)
     if args.retention_s:
-        await soak_state.shorten_changelogs(settings, CHANNELS, args.retention_s)
+        await soak_state.shorten_changelogs(settings, CHANNELS, args.retention_s, args.segment_s)
         print(
             f"retention {args.retention_s:g} s (shortened for this run): records retire after it,"
             f" markers are deleted {2 * args.retention_s:g} s later, the read side forgets"
-            f" finished sagas after it; changelogs {soak_state.shortened_changelog_config(args.retention_s)}"
+            f" finished sagas after it; changelogs {soak_state.shortened_changelog_config(args.retention_s, args.segment_s)}"
         )
     data.mkdir(parents=True, exist_ok=True)
     extras = ExitStack()
@@ -651,6 +651,12 @@ if __name__ == "__main__":
         type=float,
         default=0,
         help="retentions shortened to this (0: the defaults)",
+    )
+    issue25.add_argument(
+        "--segment-s",
+        type=float,
+        default=0,
+        help="with --retention-s: the changelogs' segments roll this often (0: a quarter of it)",
     )
     issue25.add_argument(
         "--rescan-s", type=float, default=120, help="deadline index rebuilt this often"

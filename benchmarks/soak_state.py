@@ -245,24 +245,27 @@ def offsets_to_recover(log: Path) -> int:
     return total
 
 
-def shortened_changelog_config(seconds: float) -> dict[str, str]:
+def shortened_changelog_config(seconds: float, segment_s: float = 0) -> dict[str, str]:
     """The changelogs' compaction timings scaled down to a retention of ``seconds`` (the
     soak's; CHANGELOG_CONFIG has the production ones and why): segments roll and are
-    compacted within a few retentions, tombstones kept one."""
+    compacted within a few retentions, tombstones kept one. Segments roll every
+    ``segment_s`` if given, otherwise at a quarter of the retention, as in production."""
     ms = str(int(seconds * 1000))
     return {
-        "segment.ms": str(int(seconds * 250)),  # a quarter, as in production
+        "segment.ms": str(int(segment_s * 1000 or seconds * 250)),
         "max.compaction.lag.ms": str(int(seconds * 2000)),
         "delete.retention.ms": ms,
     }
 
 
-async def shorten_changelogs(settings: Settings, channels: Sequence[str], seconds: float) -> None:
+async def shorten_changelogs(
+    settings: Settings, channels: Sequence[str], seconds: float, segment_s: float = 0
+) -> None:
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     await admin.start()
     try:
         # alter_configs replaces a topic's dynamic configs whole: every one is given.
-        config = {**CHANGELOG_CONFIG, **shortened_changelog_config(seconds)}
+        config = {**CHANGELOG_CONFIG, **shortened_changelog_config(seconds, segment_s)}
         await admin.alter_configs(
             [
                 ConfigResource(ConfigResourceType.TOPIC, changelog_topic(settings, c), config)
