@@ -11,12 +11,13 @@ Outcomes are read from the event topic. Every ``--sample-s`` seconds it records 
 RSS, PSS and USS (/proc/<pid>/smaps_rollup) and scrapes the worker's /metrics for RocksDB's
 own memory (memtables and table readers summed over the open partitions, and the one block
 cache they share less the memtables charged to it: the three add up), the
-live blocks of Python's object allocator and glibc malloc's in-use and free bytes.
+live blocks of Python's object allocator and glibc malloc's in-use and free bytes, and the
+CPU seconds every worker process has used (/proc/<pid>/stat).
 
 Prints one row per quarter of the soak (sagas completed per second, p50/p99 latency of the
 orders sent in that quarter, medians of the memory samples) and the verdict
-``RSS last quarter vs second quarter`` (medians; the target is within 10%). The samples go
-to ``--csv``.
+``RSS last quarter vs second quarter`` (medians; the target is within 10%), then each
+minute's p99 and the workers' CPU per saga that ended in it. The samples go to ``--csv``.
 """
 
 from __future__ import annotations
