@@ -114,7 +114,7 @@ def create_app(
     if not settings.consumer_thread:
         faust_seam.consumer_on_the_app_loop(app)
     if settings.fetch_sessions:
-        use_fetch_sessions()  # planned by fetch_planner.plan, as without them
+        use_fetch_sessions()  # planned by fetch_planner.plan_actions, as without them
     else:
         use_fast_fetch_planner()
     # A dead worker's partitions go to their standbys' workers, past Faust's balance cap.

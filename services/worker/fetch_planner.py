@@ -15,24 +15,13 @@ read from the cluster's metadata in place (``ClusterMetadata.leader_for_partitio
 lookups), the read-replica method called only for a partition that has a preferred
 replica cached, the partition's state read only once the records and in-flight checks
 have passed, and the debug line built only when debug logging is on. Every aiokafka
-fetcher of the process plans with it (:func:`plan`); fetch sessions
-(services/worker/fetch_sessions.py) turn its requests into session requests. aiokafka is
-pinned below 0.15 in pyproject.toml for this and that.
-
-The fetcher's loop then waits, after every plan, for the first of its fetches in flight, a
-consume, and the resume future of every paused partition (``asyncio.wait``, which adds a
-callback to each future and removes it again). The paused partitions are most of them (a
-table's changelog partitions stay assigned, paused, once recovered: 64 of 129 with one
-worker), and they stay paused for the worker's life: :func:`plan` hands the loop one future
-that completes with the first of their resumes, kept from one plan to the next while the
-same partitions are paused, so each wait adds and removes a callback on it alone
-(``benchmarks/bench_fetch_planner.py``: the wait with 64 paused partitions against one).
-The loop only wakes on a resume to plan again, as it does on any other future.
+fetcher of the process plans with it; fetch sessions (services/worker/fetch_sessions.py)
+turn its requests into session requests. aiokafka is pinned below 0.15 in pyproject.toml
+for this and that.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import random
@@ -130,52 +119,12 @@ def plan_actions(self: Any, assignment: Any) -> Any:
     return fetch_requests, awaiting_reset, backoff, invalid_metadata, resume_futures
 
 
-def plan(self: Any, assignment: Any) -> Any:
-    """:func:`plan_actions`, with the paused partitions' resume futures as one
-    (:func:`one_resume_future`): what the worker's fetchers plan with."""
-    requests, resets, backoff, invalid_metadata, resume_futures = plan_actions(self, assignment)
-    return requests, resets, backoff, invalid_metadata, one_resume_future(self, resume_futures)
-
-
-class _Resumes:
-    """The resume futures of a fetcher's paused partitions, and one future that completes
-    with the first of them."""
-
-    def __init__(self, futures: list[asyncio.Future[None]]) -> None:
-        self.futures = futures
-        self.first = futures[0].get_loop().create_future()
-        for future in futures:
-            future.add_done_callback(self.resumed)
-
-    def resumed(self, _: object) -> None:
-        if not self.first.done():
-            self.first.set_result(None)
-
-    def forget(self) -> None:
-        for future in self.futures:
-            future.remove_done_callback(self.resumed)
-
-
-def one_resume_future(fetcher: Any, futures: list[Any]) -> list[Any]:
-    """``futures`` (the paused partitions' resumes) as one future that completes with the
-    first of them: the same one while the same partitions stay paused and none resumed."""
-    if len(futures) < 2:
-        return futures
-    kept: _Resumes | None = fetcher.__dict__.get("_sagaline_resumes")
-    if kept is not None:
-        if kept.futures == futures and not kept.first.done():
-            return [kept.first]
-        kept.forget()
-    kept = fetcher._sagaline_resumes = _Resumes(futures)
-    return [kept.first]
-
-
 AIOKAFKA_PLAN = Fetcher._get_actions_per_node
 """aiokafka's own planner, as it was before :func:`use_fast_fetch_planner`."""
 
 
 def use_fast_fetch_planner() -> None:
-    """Every aiokafka fetcher of this process plans with :func:`plan`. Fetch sessions, once
-    installed, plan with it already: left as they are."""
+    """Every aiokafka fetcher of this process plans with :func:`plan_actions`. Fetch
+    sessions, once installed, plan with it already: left as they are."""
     if not getattr(Fetcher, "_sagaline_sessions", False):
-        Fetcher._get_actions_per_node = plan
+        Fetcher._get_actions_per_node = plan_actions

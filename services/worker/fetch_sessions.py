@@ -30,7 +30,7 @@ from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.structs import TopicPartition
 
-from services.worker.fetch_planner import plan
+from services.worker.fetch_planner import plan_actions
 
 INITIAL_EPOCH = 0
 """A request with this epoch (and session id 0) is full and asks for a new session."""
@@ -149,7 +149,7 @@ def use_fetch_sessions() -> None:
         return
 
     def get_actions_per_node(self: Any, assignment: Any) -> Any:
-        actions = plan(self, assignment)  # aiokafka's plan, faster (fetch_planner.py)
+        actions = plan_actions(self, assignment)  # aiokafka's plan, faster (fetch_planner.py)
         if "_sessions" not in self.__dict__:
             self._sessions = defaultdict(FetchSession)
             _tell_sessions(self._client)

@@ -1,10 +1,8 @@
 """The worker's fetch planner decides exactly as aiokafka's own: on every branch (records not
 yet taken, a node in flight, no leader, a position to reset, paused, fetchable, a cached
 read replica valid or expired), the same requests, resets, backoff, metadata flag and
-resume futures; the fetcher's loop then waits on one future for all the paused partitions'
-resumes."""
+resume futures."""
 
-import asyncio
 import random
 import time
 from types import SimpleNamespace
@@ -16,7 +14,7 @@ from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.subscription_state import Assignment
 from aiokafka.structs import TopicPartition
 
-from services.worker.fetch_planner import AIOKAFKA_PLAN, plan, plan_actions
+from services.worker.fetch_planner import AIOKAFKA_PLAN, plan_actions
 
 pytestmark = pytest.mark.unit
 
@@ -117,45 +115,3 @@ async def test_every_branch_is_taken_somewhere() -> None:
     assert list(replicas) == [tp("in", 2)]  # the expired one dropped
     requests, _, backoff, _, _, _ = outcome(plan_actions, False, set())
     assert backoff == 0.05  # in[0]'s records not yet taken hold node 1 back
-
-
-async def test_the_paused_partitions_resume_as_one_future_kept_while_they_stay_paused() -> None:
-    fetcher, assignment = fixture(taken=True, in_flight=set())
-    random.seed(11)
-    *rest, resumes = plan_actions(fetcher, assignment)
-    random.seed(11)
-    *ours, (first,) = plan(fetcher, assignment)
-    assert [(n, vars(r)) for n, r in ours[0]] == [(n, vars(r)) for n, r in rest[0]]
-    assert ours[1:] == rest[1:]
-    assert len(resumes) == 4 and not first.done()
-    assert plan(fetcher, assignment)[4] == [first]  # the same one, no new callbacks
-
-    assignment.state_value(tp("cl", 1)).resume()
-    await asyncio.sleep(0)  # a future's callbacks run on the loop
-    assert first.done()  # the loop wakes, and plans again
-    kept = fetcher._sagaline_resumes
-    (second,) = plan(fetcher, assignment)[4]
-    assert second is not first and not second.done()
-    still_paused = [assignment.state_value(tp("cl", p)).resume_fut for p in (0, 2, 3)]
-    assert [f.remove_done_callback(kept.resumed) for f in still_paused] == [0, 0, 0]
-
-    for p in (0, 2):
-        assignment.state_value(tp("cl", p)).resume()
-    await asyncio.sleep(0)
-    assert second.done()
-    (last,) = plan(fetcher, assignment)[4]
-    assert last is assignment.state_value(tp("cl", 3)).resume_fut  # one paused: its own
-
-
-async def test_a_partition_paused_again_gets_a_new_future() -> None:
-    fetcher, assignment = fixture(taken=True, in_flight=set())
-    (first,) = plan(fetcher, assignment)[4]
-    state = assignment.state_value(tp("cl", 0))
-    state.resume()
-    state.pause()  # between two plans: a new resume future for the same partition
-    await asyncio.sleep(0)
-    (again,) = plan(fetcher, assignment)[4]
-    assert first.done() and again is not first
-    state.resume()
-    await asyncio.sleep(0)
-    assert again.done()
