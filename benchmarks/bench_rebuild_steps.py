@@ -98,13 +98,7 @@ def main(args: argparse.Namespace) -> None:
     offsets = Offsets(found.topic, found.start, ends)
     print(f"machine: {machine()}\ncommit: {git_rev()}  records: {offsets.records:,}")
     print(f"load      1-minute load average {os.getloadavg()[0]:.2f} at start")
-    spark = build_session(
-        master=settings.spark_master,
-        driver_memory=settings.spark_driver_memory,
-        shuffle_partitions=settings.spark_shuffle_partitions,
-        jars_dir=settings.spark_jars_dir,
-        app_name="sagaline-rebuild-steps",
-    )
+    spark = build_session(settings, app_name="sagaline-rebuild-steps")
     min_partitions = settings.spark_kafka_min_partitions or None
     chosen = steps(spark, lambda: read_records(spark, settings, offsets, min_partitions))
     names = args.steps.split(",") if args.steps else list(chosen)

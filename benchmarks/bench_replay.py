@@ -197,10 +197,13 @@ def on_spark(settings: Settings, raw: Any, local: dict[str, Replay], lower: Deci
     from spark_projections.session import build_session
 
     spark = build_session(
-        master="local[2]",
-        driver_memory="2g",
-        shuffle_partitions=8,
-        jars_dir=settings.spark_jars_dir,
+        settings.model_copy(
+            update={
+                "spark_master": "local[2]",
+                "spark_driver_memory": "2g",
+                "spark_shuffle_partitions": 8,
+            }
+        ),
         app_name="bench-replay",
     )
     raws, earliest, letters = raw

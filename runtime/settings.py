@@ -480,6 +480,17 @@ class Settings(BaseSettings):
     spark_shuffle_partitions: int = Field(
         8, ge=1, description="spark.sql.shuffle.partitions of the rebuild"
     )
+    spark_jvm_options: str = Field(
+        "-Duser.timezone=UTC -XX:+UseParallelGC",
+        description="JVM options of the rebuild's driver and, in local mode, its executors (spark.driver.extraJavaOptions and spark.executor.extraJavaOptions; under spark-submit its own options apply). Keep -Duser.timezone=UTC: times reach JDBC as java.sql.Timestamp, read in the JVM's zone",
+    )
+    spark_log_level: Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = (
+        Field("WARN", description="Level of Spark's own log lines during the rebuild")
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description='More Spark configuration of the rebuild, a JSON object (`{"spark.sql.adaptive.enabled": "false"}`), applied after Sagaline\'s own (spark_projections/session.py); a key Sagaline sets from another setting, or one its correctness rests on (ANSI mode, the session time zone), is refused with the reason',
+    )
     spark_jars_dir: Path = Field(
         Path(".local/spark/jars"),
         description="Jars of the rebuild (Kafka source, JDBC drivers), fetched once by `deploy/local/spark.sh fetch`; relative to the repository",

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from runtime import gc_tuning
 from runtime.settings import get_settings
@@ -66,6 +67,8 @@ def main() -> None:
     except ValidationError as exc:  # a sentence per wrong setting, not a traceback
         problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
         raise click.ClickException(f"invalid settings: {problems}") from None
+    except SettingsError as exc:  # a value that is not the JSON its setting takes
+        raise click.ClickException(f"invalid settings: {exc} (it takes JSON)") from None
 
 
 @main.group()
@@ -262,7 +265,7 @@ def rebuild(database_url: str | None, until_now: bool) -> None:
     from spark_projections.guard import AlreadyRunning
     from spark_projections.job import NotMigrated
     from spark_projections.read import BrokerUnreachable, TopicMissing
-    from spark_projections.session import MissingJars
+    from spark_projections.session import MissingJars, RefusedConf
     from spark_projections.stopping import run_bounded
 
     _logging()
@@ -271,7 +274,14 @@ def rebuild(database_url: str | None, until_now: bool) -> None:
         settings = settings.model_copy(update={"database_url": database_url})
     try:
         run_bounded(settings, until_checkpoints=not until_now)
-    except (AlreadyRunning, BrokerUnreachable, MissingJars, NotMigrated, TopicMissing) as exc:
+    except (
+        AlreadyRunning,
+        BrokerUnreachable,
+        MissingJars,
+        NotMigrated,
+        RefusedConf,
+        TopicMissing,
+    ) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -24,13 +24,7 @@ def replay_on_spark(
 ) -> Replay:
     """``spark``: a session to run on and leave open (the tests' shared one); without it,
     the rebuild's session is built from the settings and stopped at the end."""
-    session = spark or build_session(
-        master=settings.spark_master,
-        driver_memory=settings.spark_driver_memory,
-        shuffle_partitions=settings.spark_shuffle_partitions,
-        jars_dir=settings.spark_jars_dir,
-        app_name="sagaline-replay",
-    )
+    session = spark or build_session(settings, app_name="sagaline-replay")
     try:
         frame, channel_of, earliest = asyncio.run(
             history_frame(session, settings, PROCESS_CHANNELS)

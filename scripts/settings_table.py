@@ -12,7 +12,7 @@ HEADER = "| Variable | Default | Meaning |"
 def table() -> list[str]:
     rows = [HEADER, "|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        default = field.default
+        default = field.get_default(call_default_factory=True)
         shown = "" if default in ("", None) else str(default)
         rows.append(f"| `SAGALINE_{name.upper()}` | `{shown}` | {field.description} |")
     return rows

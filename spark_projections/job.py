@@ -305,12 +305,7 @@ async def _offsets(settings: Settings, engine: Engine, until_checkpoints: bool) 
 
 
 def _session(settings: Settings) -> SparkSession:
-    return build_session(
-        master=settings.spark_master,
-        driver_memory=settings.spark_driver_memory,
-        shuffle_partitions=settings.spark_shuffle_partitions,
-        jars_dir=settings.spark_jars_dir,
-    )
+    return build_session(settings)
 
 
 def _check_schema(engine: Engine) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from runtime.settings import Settings
+
 log = logging.getLogger(__name__)
 
 REQUIRED_JARS = (
@@ -25,15 +27,33 @@ REQUIRED_JARS = (
     "sqlite-jdbc-",
 )
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# UTC: times go to JDBC as java.sql.Timestamp, read in the JVM's zone. Parallel GC: a batch
-# job wants throughput, not short pauses.
-_JVM_OPTIONS = os.environ.get(
-    "SAGALINE_SPARK_JVM_OPTIONS", "-Duser.timezone=UTC -XX:+UseParallelGC"
-)
+
+OWN_CONF = {
+    "spark.master": "SAGALINE_SPARK_MASTER",
+    "spark.driver.memory": "SAGALINE_SPARK_DRIVER_MEMORY",
+    "spark.sql.shuffle.partitions": "SAGALINE_SPARK_SHUFFLE_PARTITIONS",
+    "spark.jars": "SAGALINE_SPARK_JARS_DIR",
+    "spark.driver.extraJavaOptions": "SAGALINE_SPARK_JVM_OPTIONS",
+    "spark.executor.extraJavaOptions": "SAGALINE_SPARK_JVM_OPTIONS",
+}
+"""Spark settings that Sagaline's own settings give: SAGALINE_SPARK_CONF may not set them."""
+
+RELIED_ON_CONF = {
+    "spark.sql.ansi.enabled": "the job's casts and indexes are written for ANSI mode",
+    "spark.sql.session.timeZone": "the job reads and writes every time in UTC",
+}
+"""Spark settings the rebuild's results depend on: SAGALINE_SPARK_CONF may not change them."""
+
+UTC_JVM = "-Duser.timezone=UTC"
+"""Times reach JDBC as java.sql.Timestamp, read in the JVM's zone: the JVM must run in UTC."""
 
 
 class MissingJars(RuntimeError):
     """The Kafka source or a JDBC driver is not in the jars directory."""
+
+
+class RefusedConf(RuntimeError):
+    """SAGALINE_SPARK_CONF or SAGALINE_SPARK_JVM_OPTIONS would break the rebuild."""
 
 
 def local_path(path: Path) -> Path:
@@ -63,35 +83,54 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def build_session(
-    *,
-    master: str,
-    driver_memory: str,
-    shuffle_partitions: int,
-    jars_dir: Path,
-    app_name: str = "sagaline-rebuild",
-) -> SparkSession:
+def build_session(settings: Settings, app_name: str = "sagaline-rebuild") -> SparkSession:
+    """The session of ``settings`` (its master, memory, jars and JVM options only when no
+    ``spark-submit`` started this Python: then the JVM and its master are already set)."""
+    submitted = under_spark_submit()
+    jars = [] if submitted else jar_paths(settings.spark_jars_dir)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in _common_conf(shuffle_partitions).items():
+    for key, value in session_conf(settings, jars, submitted=submitted).items():
         builder = builder.config(key, value)
-    if not under_spark_submit():
-        jars = jar_paths(jars_dir)
+    if not submitted:
         # Python workers (the exact-route triage) must run this interpreter: it has the
         # project installed, a bare `python3` on PATH may not.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = (
-            builder.master(master)
-            .config("spark.jars", ",".join(str(j) for j in jars))
-            .config("spark.driver.memory", driver_memory)
-            .config("spark.driver.extraJavaOptions", _JVM_OPTIONS)
-            .config("spark.executor.extraJavaOptions", _JVM_OPTIONS)
-            .config("spark.local.dir", str(local_path(Path(".local/spark/tmp"))))
-        )
         log.info("spark jars: %s", ", ".join(j.name for j in jars))
         _check_pairing(jars)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(__import__("os").environ.get("SPARK_LOG", "WARN"))
+    session.sparkContext.setLogLevel(settings.spark_log_level)
     return session
+
+
+def session_conf(settings: Settings, jars: list[Path], *, submitted: bool) -> dict[str, str]:
+    """Every Spark setting the session is built with: Sagaline's, those of its settings
+    (unless ``submitted``), then SAGALINE_SPARK_CONF's. Raises :class:`RefusedConf` for one
+    that would override the settings or break the job."""
+    if UTC_JVM not in settings.spark_jvm_options.split():
+        raise RefusedConf(
+            f"SAGALINE_SPARK_JVM_OPTIONS must keep {UTC_JVM}: times reach JDBC as "
+            "java.sql.Timestamp, read in the JVM's zone"
+        )
+    for key in settings.spark_conf:
+        if not key.startswith("spark."):
+            raise RefusedConf(f"SAGALINE_SPARK_CONF: {key!r} is not a Spark setting")
+        if key in OWN_CONF:
+            raise RefusedConf(f"SAGALINE_SPARK_CONF: {key} is set by {OWN_CONF[key]}")
+        if key in RELIED_ON_CONF:
+            raise RefusedConf(
+                f"SAGALINE_SPARK_CONF: {key} stays as Sagaline sets it: {RELIED_ON_CONF[key]}"
+            )
+    conf = _common_conf(settings.spark_shuffle_partitions)
+    if not submitted:
+        conf |= {
+            "spark.master": settings.spark_master,
+            "spark.jars": ",".join(str(j) for j in jars),
+            "spark.driver.memory": settings.spark_driver_memory,
+            "spark.driver.extraJavaOptions": settings.spark_jvm_options,
+            "spark.executor.extraJavaOptions": settings.spark_jvm_options,
+            "spark.local.dir": str(local_path(Path(".local/spark/tmp"))),
+        }
+    return conf | settings.spark_conf
 
 
 def _check_pairing(jars: list[Path]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from runtime.settings import Settings
 from spark_projections.session import REPO_ROOT, MissingJars, build_session
 from tests.spark.cluster import Cluster, cluster_up
 
@@ -56,14 +57,17 @@ def spark() -> Iterator[SparkSession]:
     _keep_pytests_log_format()
     try:
         session = build_session(
-            master="local[2]",
-            # One session runs every Spark test (hundreds of plans, cached frames). Since the
-            # legacy CDC contracts joined the domain events, the payload schema and its native
-            # checks are larger, and a late test's planning ran out of a 1 GiB heap once in
-            # CI; a single rebuild (SAGALINE_SPARK_DRIVER_MEMORY, 1g) plans each model once.
-            driver_memory="2g",
-            shuffle_partitions=4,
-            jars_dir=JARS,
+            Settings(
+                spark_master="local[2]",
+                # One session runs every Spark test (hundreds of plans, cached frames). Since
+                # the legacy CDC contracts joined the domain events, the payload schema and
+                # its native checks are larger, and a late test's planning ran out of a 1 GiB
+                # heap once in CI; a single rebuild (SAGALINE_SPARK_DRIVER_MEMORY, 1g) plans
+                # each model once.
+                spark_driver_memory="2g",
+                spark_shuffle_partitions=4,
+                spark_jars_dir=JARS,
+            ),
             app_name="sagaline-spark-tests",
         )
     except MissingJars as exc:
