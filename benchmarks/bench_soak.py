@@ -65,6 +65,7 @@ from tests.integration.harness import Worker
 from tests.integration.readside import ProjectorProcess, fresh_database
 
 MIB = 1024 * 1024
+WARM_UP_ORDERS = 500
 ROCKSDB_KINDS = ("memtables", "table_readers", "block_cache")
 
 
@@ -521,7 +522,22 @@ async def main(args: argparse.Namespace) -> None:
                 for i in range(args.products)
             ]
         )
-        await run_orders(bus, tail, 500, args.products, None)  # warm-up
+        # The warm-up goes at the soak's rate when it is given: sent at once, its 500 sagas'
+        # records would retire together a retention later, and their markers go together
+        # after that, a burst of ticks inside the soak's first minutes (BENCHMARKS.md, "What
+        # retirement costs one worker"). Without --rate the max-rate phase is such a burst
+        # anyway: its figures for Q1 say so.
+        await run_orders(bus, tail, WARM_UP_ORDERS, args.products, args.rate or None)
+        print(
+            f"warm-up   {WARM_UP_ORDERS} orders, "
+            + (f"at {args.rate:,.1f}/s" if args.rate else "all at once")
+            + (
+                "; with the max-rate phase after it, records of a burst retire in the soak's"
+                " first minutes"
+                if args.retention_s and not args.rate
+                else ""
+            )
+        )
         if args.rate:
             rate = args.rate
             print(f"rate      {rate:,.1f} orders/s, given by --rate (no max-rate phase)")
