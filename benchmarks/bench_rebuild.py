@@ -56,6 +56,7 @@ if not __package__:  # run as a script (python benchmarks/...): make the repo im
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
+from pydantic import ValidationError
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
@@ -353,7 +354,7 @@ async def main(args: argparse.Namespace) -> None:
         ends = await produce(settings, args.events, args.products)
         total = sum(ends.values())
         raws = [await _raw(settings, ends)]
-        variants = local_variants(args)
+        variants = local_variants(args, settings.spark_conf)
         local = list(variants)
         modes = [m for r in range(args.rounds) for m in (local if r % 2 == 0 else local[::-1])]
         modes += [] if args.no_cluster else ["cluster"]
@@ -388,16 +389,38 @@ async def main(args: argparse.Namespace) -> None:
         await delete_run_topics(settings)
 
 
-def local_variants(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+def local_variants(
+    args: argparse.Namespace, spark_conf: dict[str, str]
+) -> dict[str, dict[str, str]]:
     """Each local-mode rebuild of a round, by name, with the environment it adds: the
-    settings' own first, then each ``--jvm-variant`` and ``--conf-variant``."""
+    settings' own first, then each ``--jvm-variant`` and ``--conf-variant`` (its pairs over
+    the settings' own SAGALINE_SPARK_CONF)."""
     variants: dict[str, dict[str, str]] = {"local": {}}
     for options in args.jvm_variant:
         variants[f"local {options}"] = {"SAGALINE_SPARK_JVM_OPTIONS": options}
-    for pairs in args.conf_variant:
-        conf = dict(pair.split("=", 1) for pair in pairs.split(","))
-        variants[f"local {pairs}"] = {"SAGALINE_SPARK_CONF": json.dumps(conf)}
+    for name, pairs in args.conf_variant:
+        variants[f"local {name}"] = {"SAGALINE_SPARK_CONF": json.dumps(spark_conf | pairs)}
     return variants
+
+
+def conf_pairs(text: str) -> tuple[str, dict[str, str]]:
+    """``--conf-variant``'s KEY=VALUE,... (checked before the run writes its topic)."""
+    pairs = [pair.partition("=") for pair in text.split(",")]
+    if not all(key and sep for key, sep, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE pairs, comma-separated")
+    conf = {key: value for key, _, value in pairs}
+    try:
+        Settings(spark_conf=conf)
+    except ValidationError as exc:  # which key, and why
+        said = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise argparse.ArgumentTypeError(said) from None
+    return text, conf
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count of 1 or more")
+    return int(text)
 
 
 async def _raw(settings: Settings, ends: dict[int, int]) -> float:
@@ -438,12 +461,13 @@ if __name__ == "__main__":
         "--conf-variant",
         action="append",
         default=[],
+        type=conf_pairs,
         metavar="KEY=VALUE,...",
         help="also rebuild in local mode with that Spark configuration (SAGALINE_SPARK_CONF;"
         " repeatable)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=1, help="local rebuilds of each variant, alternating"
+        "--rounds", type=positive, default=1, help="local rebuilds of each variant, alternating"
     )
     parser.add_argument(
         "--projector-sample", type=int, default=0, help="events the projector applies (0: none)"

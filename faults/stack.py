@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
@@ -133,12 +132,7 @@ def cycle_api_key(settings: Settings) -> str:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGALINE_")}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        env[f"SAGALINE_{name.upper()}"] = str(value)
+    env |= {name: value for name, value in settings.environment().items() if value is not None}
     return env
 
 

@@ -6,16 +6,38 @@ The README's settings table documents each field below.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 KafkaProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SparkLogLevel = Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
+
+SPARK_CONF_GIVEN_BY = {
+    "spark.master": "spark_master",
+    "spark.driver.memory": "spark_driver_memory",
+    "spark.sql.shuffle.partitions": "spark_shuffle_partitions",
+    "spark.jars": "spark_jars_dir",
+    "spark.driver.extraJavaOptions": "spark_jvm_options",
+    "spark.executor.extraJavaOptions": "spark_jvm_options",
+}
+"""The Spark settings the rebuild's session takes from a setting (each from the field named;
+spark.jars from the jars in that directory): SAGALINE_SPARK_CONF may not set them."""
+
+SPARK_CONF_RELIED_ON = {
+    "spark.sql.ansi.enabled": "the job's casts and indexes are written for ANSI mode",
+    "spark.sql.session.timeZone": "the job reads and writes every time in UTC",
+}
+"""Spark settings the rebuild's results rest on: SAGALINE_SPARK_CONF may not change them."""
+
+UTC_JVM = "-Duser.timezone=UTC"
+"""Times reach JDBC as java.sql.Timestamp, read in the JVM's zone: the JVM must run in UTC."""
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
@@ -482,10 +504,10 @@ class Settings(BaseSettings):
     )
     spark_jvm_options: str = Field(
         "-Duser.timezone=UTC -XX:+UseParallelGC",
-        description="JVM options of the rebuild's driver and, in local mode, its executors (spark.driver.extraJavaOptions and spark.executor.extraJavaOptions; under spark-submit its own options apply). Keep -Duser.timezone=UTC: times reach JDBC as java.sql.Timestamp, read in the JVM's zone",
+        description="JVM options of the rebuild's driver and, in local mode, its executors (spark.driver.extraJavaOptions and spark.executor.extraJavaOptions; under spark-submit its own options apply). It must keep -Duser.timezone=UTC: times reach JDBC as java.sql.Timestamp, read in the JVM's zone; the parallel collector because a batch job wants throughput, not short pauses",
     )
-    spark_log_level: Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = (
-        Field("WARN", description="Level of Spark's own log lines during the rebuild")
+    spark_log_level: SparkLogLevel = Field(
+        "WARN", description="Level of Spark's own log lines during the rebuild (any case)"
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
@@ -551,6 +573,46 @@ class Settings(BaseSettings):
         description="A legacy enrollment starts an enrollment saga (after upserting the course's capacity and the student's max credits from their rows) and a legacy drop drops it, so rosters and seat limits see legacy enrollments; needs SAGALINE_CDC_ENABLED; `make run` turns it on",
     )
 
+    @field_validator("spark_log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_values_as_text(cls, value: object) -> object:
+        """JSON's true, false and numbers as Spark writes them (``"false"``, ``"8"``)."""
+        if not isinstance(value, dict):
+            return value
+        return {
+            key: (str(v).lower() if isinstance(v, bool) else str(v))
+            if isinstance(v, bool | int | float)
+            else v
+            for key, v in value.items()
+        }
+
+    @model_validator(mode="after")
+    def _spark_conf_only_adds(self) -> Settings:
+        """Refuse at start a Spark setting that would override another setting or what the
+        rebuild's results rest on, and JVM options without UTC."""
+        if UTC_JVM not in self.spark_jvm_options.split():
+            raise ValueError(
+                f"SAGALINE_SPARK_JVM_OPTIONS must keep {UTC_JVM}: times reach JDBC as "
+                "java.sql.Timestamp, read in the JVM's zone"
+            )
+        for key in self.spark_conf:
+            if not key.startswith("spark."):
+                raise ValueError(f"SAGALINE_SPARK_CONF: {key!r} is not a Spark setting")
+            if key in SPARK_CONF_GIVEN_BY:
+                given_by = f"SAGALINE_{SPARK_CONF_GIVEN_BY[key].upper()}"
+                raise ValueError(f"SAGALINE_SPARK_CONF: {key} is set by {given_by}")
+            if key in SPARK_CONF_RELIED_ON:
+                raise ValueError(
+                    f"SAGALINE_SPARK_CONF: {key} stays as Sagaline sets it: "
+                    f"{SPARK_CONF_RELIED_ON[key]}"
+                )
+        return self
+
     @model_validator(mode="after")
     def _credentials_are_whole(self) -> Settings:
         """Refuse at start what would only fail at the first connection, and say why."""
@@ -609,6 +671,18 @@ class Settings(BaseSettings):
 
     def topic(self, channel: str) -> str:
         return f"{self.topic_prefix}.{channel}"
+
+    def environment(self) -> dict[str, str | None]:
+        """Every setting as the SAGALINE_* variable that gives it back (None: unset), for a
+        child process: a secret in clear, a setting of several values as JSON."""
+        out: dict[str, str | None] = {}
+        for name, value in self.model_dump().items():
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, dict):
+                value = json.dumps(value)
+            out[f"SAGALINE_{name.upper()}"] = None if value is None else str(value)
+        return out
 
     @property
     def decline_methods(self) -> frozenset[str]:

@@ -265,7 +265,7 @@ def rebuild(database_url: str | None, until_now: bool) -> None:
     from spark_projections.guard import AlreadyRunning
     from spark_projections.job import NotMigrated
     from spark_projections.read import BrokerUnreachable, TopicMissing
-    from spark_projections.session import MissingJars, RefusedConf
+    from spark_projections.session import MissingJars
     from spark_projections.stopping import run_bounded
 
     _logging()
@@ -274,14 +274,7 @@ def rebuild(database_url: str | None, until_now: bool) -> None:
         settings = settings.model_copy(update={"database_url": database_url})
     try:
         run_bounded(settings, until_checkpoints=not until_now)
-    except (
-        AlreadyRunning,
-        BrokerUnreachable,
-        MissingJars,
-        NotMigrated,
-        RefusedConf,
-        TopicMissing,
-    ) as exc:
+    except (AlreadyRunning, BrokerUnreachable, MissingJars, NotMigrated, TopicMissing) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -83,12 +83,12 @@ def _replay(
         raise click.ClickException(str(exc)) from exc
     if spark:
         from sagaline.replay_spark import replay_on_spark
-        from spark_projections.session import MissingJars, RefusedConf
+        from spark_projections.session import MissingJars
 
         stage("spark")
         try:
             result = replay_on_spark(settings, chosen.candidates, chosen.baselines)
-        except (MissingJars, RefusedConf) as exc:
+        except MissingJars as exc:
             raise click.ClickException(str(exc)) from exc
         summary = summarize(result, chosen.baselines is not None)
         click.echo(to_json_text(summary) if as_json else render(summary))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from runtime.settings import Settings
+from runtime.settings import SPARK_CONF_GIVEN_BY, Settings
 
 log = logging.getLogger(__name__)
 
@@ -28,32 +28,9 @@ REQUIRED_JARS = (
 )
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-OWN_CONF = {
-    "spark.master": "SAGALINE_SPARK_MASTER",
-    "spark.driver.memory": "SAGALINE_SPARK_DRIVER_MEMORY",
-    "spark.sql.shuffle.partitions": "SAGALINE_SPARK_SHUFFLE_PARTITIONS",
-    "spark.jars": "SAGALINE_SPARK_JARS_DIR",
-    "spark.driver.extraJavaOptions": "SAGALINE_SPARK_JVM_OPTIONS",
-    "spark.executor.extraJavaOptions": "SAGALINE_SPARK_JVM_OPTIONS",
-}
-"""Spark settings that Sagaline's own settings give: SAGALINE_SPARK_CONF may not set them."""
-
-RELIED_ON_CONF = {
-    "spark.sql.ansi.enabled": "the job's casts and indexes are written for ANSI mode",
-    "spark.sql.session.timeZone": "the job reads and writes every time in UTC",
-}
-"""Spark settings the rebuild's results depend on: SAGALINE_SPARK_CONF may not change them."""
-
-UTC_JVM = "-Duser.timezone=UTC"
-"""Times reach JDBC as java.sql.Timestamp, read in the JVM's zone: the JVM must run in UTC."""
-
 
 class MissingJars(RuntimeError):
     """The Kafka source or a JDBC driver is not in the jars directory."""
-
-
-class RefusedConf(RuntimeError):
-    """SAGALINE_SPARK_CONF or SAGALINE_SPARK_JVM_OPTIONS would break the rebuild."""
 
 
 def local_path(path: Path) -> Path:
@@ -104,32 +81,15 @@ def build_session(settings: Settings, app_name: str = "sagaline-rebuild") -> Spa
 
 def session_conf(settings: Settings, jars: list[Path], *, submitted: bool) -> dict[str, str]:
     """Every Spark setting the session is built with: Sagaline's, those of its settings
-    (unless ``submitted``), then SAGALINE_SPARK_CONF's. Raises :class:`RefusedConf` for one
-    that would override the settings or break the job."""
-    if UTC_JVM not in settings.spark_jvm_options.split():
-        raise RefusedConf(
-            f"SAGALINE_SPARK_JVM_OPTIONS must keep {UTC_JVM}: times reach JDBC as "
-            "java.sql.Timestamp, read in the JVM's zone"
-        )
-    for key in settings.spark_conf:
-        if not key.startswith("spark."):
-            raise RefusedConf(f"SAGALINE_SPARK_CONF: {key!r} is not a Spark setting")
-        if key in OWN_CONF:
-            raise RefusedConf(f"SAGALINE_SPARK_CONF: {key} is set by {OWN_CONF[key]}")
-        if key in RELIED_ON_CONF:
-            raise RefusedConf(
-                f"SAGALINE_SPARK_CONF: {key} stays as Sagaline sets it: {RELIED_ON_CONF[key]}"
-            )
-    conf = _common_conf(settings.spark_shuffle_partitions)
-    if not submitted:
-        conf |= {
-            "spark.master": settings.spark_master,
-            "spark.jars": ",".join(str(j) for j in jars),
-            "spark.driver.memory": settings.spark_driver_memory,
-            "spark.driver.extraJavaOptions": settings.spark_jvm_options,
-            "spark.executor.extraJavaOptions": settings.spark_jvm_options,
-            "spark.local.dir": str(local_path(Path(".local/spark/tmp"))),
-        }
+    (unless ``submitted``), then SAGALINE_SPARK_CONF's (which the settings checked: it
+    overrides none of the others, nor what the job's results rest on)."""
+    given = {key: str(getattr(settings, field)) for key, field in SPARK_CONF_GIVEN_BY.items()}
+    given["spark.jars"] = ",".join(str(j) for j in jars)
+    if submitted:  # spark-submit started the JVM: only what a running session still takes
+        given = {"spark.sql.shuffle.partitions": given["spark.sql.shuffle.partitions"]}
+    else:
+        given["spark.local.dir"] = str(local_path(Path(".local/spark/tmp")))
+    conf = _COMMON_CONF | given
     return conf | settings.spark_conf
 
 
@@ -147,40 +107,38 @@ def _check_pairing(jars: list[Path]) -> None:
         )
 
 
-def _common_conf(shuffle_partitions: int) -> dict[str, str]:
-    return {
-        # Spark 4's default, set here so a cluster's own defaults cannot turn it off: the
-        # job's casts and indexes are total under it (try_cast, try_to_timestamp, get).
-        "spark.sql.ansi.enabled": "true",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions),
-        "spark.sql.adaptive.enabled": "true",
-        # Scratch Parquet and shuffle files live for minutes on a local disk: spend no CPU
-        # compressing them (the job is CPU-bound; a cluster can set these back).
-        "spark.sql.parquet.compression.codec": "uncompressed",
-        "spark.shuffle.compress": "false",
-        "spark.shuffle.spill.compress": "false",
-        # HotSpot never compiles a method over 8,000 bytes of bytecode (its HugeMethodLimit):
-        # a whole-stage method above that runs interpreted for the whole job (the timeline's
-        # summary, one CASE over every event type, made one of 20 KB: 2-4x the CPU of its
-        # table). Spark's documentation advises this value on HotSpot: such a stage falls
-        # back to per-operator code, split into methods the JIT does compile.
-        "spark.sql.codegen.hugeMethodLimit": "8000",
-        # One executor (local mode): no task should wait for a better locality level.
-        "spark.locality.wait": "0s",
-        # Keep the configured partitions: on a few cores, AQE's coalescing into an odd number
-        # of tasks leaves a core idle for the last one.
-        "spark.sql.adaptive.coalescePartitions.enabled": "false",
-        # One Python worker per core, kept between tasks (the exact-route triage).
-        "spark.python.worker.reuse": "true",
-        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
-        # PySpark would record the Python call site of every Column operation in the JVM,
-        # for error messages: ~10 gateway round trips per `&` or `==`, about 40,000 for the
-        # native checks alone (seconds of driver time with the executors idle).
-        "spark.python.sql.dataFrameDebugging.enabled": "false",
-    }
+_COMMON_CONF = {
+    # Spark 4's default, set here so a cluster's own defaults cannot turn it off: the
+    # job's casts and indexes are total under it (try_cast, try_to_timestamp, get).
+    "spark.sql.ansi.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "true",
+    # Scratch Parquet and shuffle files live for minutes on a local disk: spend no CPU
+    # compressing them (the job is CPU-bound; a cluster can set these back).
+    "spark.sql.parquet.compression.codec": "uncompressed",
+    "spark.shuffle.compress": "false",
+    "spark.shuffle.spill.compress": "false",
+    # HotSpot never compiles a method over 8,000 bytes of bytecode (its HugeMethodLimit):
+    # a whole-stage method above that runs interpreted for the whole job (the timeline's
+    # summary, one CASE over every event type, made one of 20 KB: 2-4x the CPU of its
+    # table). Spark's documentation advises this value on HotSpot: such a stage falls
+    # back to per-operator code, split into methods the JIT does compile.
+    "spark.sql.codegen.hugeMethodLimit": "8000",
+    # One executor (local mode): no task should wait for a better locality level.
+    "spark.locality.wait": "0s",
+    # Keep the configured partitions: on a few cores, AQE's coalescing into an odd number
+    # of tasks leaves a core idle for the last one.
+    "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    # One Python worker per core, kept between tasks (the exact-route triage).
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
+    # PySpark would record the Python call site of every Column operation in the JVM,
+    # for error messages: ~10 gateway round trips per `&` or `==`, about 40,000 for the
+    # native checks alone (seconds of driver time with the executors idle).
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
 
 
 def stop_jvm(timeout_s: float) -> None:

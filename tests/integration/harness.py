@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from pydantic import SecretStr
 
 from faults import checks
 from faults.history import History
@@ -123,13 +122,11 @@ def _die_with_parent() -> None:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
-    for name, value in settings.model_dump().items():
+    for name, value in settings.environment().items():
         if value is None:
-            env.pop(f"SAGALINE_{name.upper()}", None)
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        env[f"SAGALINE_{name.upper()}"] = str(value)
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 

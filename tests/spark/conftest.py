@@ -67,6 +67,8 @@ def spark() -> Iterator[SparkSession]:
                 spark_driver_memory="2g",
                 spark_shuffle_partitions=4,
                 spark_jars_dir=JARS,
+                spark_conf={},  # the tests' session, whatever the environment adds
+                spark_log_level="WARN",
             ),
             app_name="sagaline-spark-tests",
         )

@@ -204,21 +204,39 @@ def test_the_keys_commands_create_list_and_revoke(
         get_settings.cache_clear()
 
 
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        (
+            {
+                "SAGALINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                "SAGALINE_KAFKA_SASL_PASSWORD": "hunter2",
+            },
+            "invalid settings: SAGALINE_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs",
+        ),
+        (  # a setting that takes JSON, given something else
+            {"SAGALINE_SPARK_CONF": "spark.sql.adaptive.enabled=false"},
+            'invalid settings: error parsing value for field "spark_conf" from source'
+            ' "EnvSettingsSource" (it takes JSON)',
+        ),
+    ],
+    ids=["a rule across settings", "not JSON"],
+)
 def test_invalid_settings_stop_every_command_with_a_sentence(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str
 ) -> None:
     from click.testing import CliRunner
 
     from runtime.settings import get_settings
     from sagaline.cli import main
 
-    monkeypatch.setenv("SAGALINE_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
-    monkeypatch.setenv("SAGALINE_KAFKA_SASL_PASSWORD", "hunter2")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     get_settings.cache_clear()
     try:
         result = CliRunner().invoke(main, ["topics", "check"])
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 1
-    assert "invalid settings: SAGALINE_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs" in result.output
+    assert said in result.output
     assert "hunter2" not in result.output and "Traceback" not in result.output

@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from runtime.settings import Settings
-from spark_projections.session import RefusedConf, session_conf
+from spark_projections.session import session_conf
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +27,7 @@ def test_the_settings_give_master_memory_jars_and_jvm_options() -> None:
     assert got["spark.driver.memory"] == "3g"
     assert got["spark.sql.shuffle.partitions"] == "5"
     assert got["spark.jars"] == "/jars/a.jar,/jars/b.jar"
-    default_jvm = Settings().spark_jvm_options
+    default_jvm = "-Duser.timezone=UTC -XX:+UseParallelGC"
     assert got["spark.driver.extraJavaOptions"] == default_jvm
     assert got["spark.executor.extraJavaOptions"] == default_jvm
     assert got["spark.sql.ansi.enabled"] == "true"
@@ -62,29 +63,39 @@ def test_more_conf_read_from_the_environment_as_json(monkeypatch: pytest.MonkeyP
     ],
 )
 def test_more_conf_may_not_override_a_setting_or_what_results_rest_on(key: str, said: str) -> None:
-    with pytest.raises(RefusedConf, match=re.escape(said)):
+    with pytest.raises(ValidationError, match=re.escape(said)):
         conf(spark_conf={key: "x"})
 
 
 def test_the_jvm_keeps_utc() -> None:
-    with pytest.raises(RefusedConf, match=re.escape("must keep -Duser.timezone=UTC")):
+    with pytest.raises(ValidationError, match=re.escape("must keep -Duser.timezone=UTC")):
         conf(spark_jvm_options="-XX:+UseParallelGC")
     got = conf(spark_jvm_options="-Duser.timezone=UTC -XX:+UseSerialGC")
     assert got["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseSerialGC"
 
 
-def test_more_conf_that_is_not_json_is_a_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
-    from click.testing import CliRunner
+def test_json_true_false_and_numbers_are_taken_as_spark_writes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        "SAGALINE_SPARK_CONF",
+        '{"spark.sql.adaptive.enabled": false, "spark.sql.autoBroadcastJoinThreshold": -1}',
+    )
+    monkeypatch.setenv("SAGALINE_SPARK_LOG_LEVEL", "error")
+    settings = Settings()
+    assert settings.spark_conf == {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.autoBroadcastJoinThreshold": "-1",
+    }
+    assert settings.spark_log_level == "ERROR"
 
-    from runtime.settings import get_settings
-    from sagaline.cli import main
 
-    monkeypatch.setenv("SAGALINE_SPARK_CONF", "spark.sql.adaptive.enabled=false")
-    get_settings.cache_clear()
-    try:
-        result = CliRunner().invoke(main, ["topics", "check"])
-    finally:
-        get_settings.cache_clear()
-    assert result.exit_code == 1
-    assert 'invalid settings: error parsing value for field "spark_conf"' in result.output
-    assert "(it takes JSON)" in result.output and "Traceback" not in result.output
+def test_a_child_process_gets_the_settings_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings.environment() is what the harnesses start workers and rebuilds with."""
+    given = Settings(spark_conf={"spark.sql.adaptive.enabled": "false"}, partitions=3)
+    for name, value in given.environment().items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert Settings() == given
