@@ -3,8 +3,10 @@
     python -m benchmarks.bench_fetch_planner [--plans 5000] [--rounds 7]
 
 Plans the fetches of a worker's assignment with the default settings: 8 process topics and
-8 tables' changelogs of 8 partitions each, the changelogs paused (as after recovery), every
-position valid, nothing in flight, no records waiting; one broker. Each round runs both
+8 tables' changelogs of 8 partitions each, the changelogs paused in aiokafka's subscription,
+every position valid, nothing in flight, no records waiting; one broker. (In the worker
+Faust pauses them in its own set only, so aiokafka plans them as fetchable or holding
+records: a model of the planner's cost, whose branches are each about as dear.) Each round runs both
 planners ``--plans`` times, in alternating order; the best round of each is reported as
 microseconds a plan, with the ratio of the two bests and the median of the rounds' ratios.
 Times are this process's CPU time, not the wall clock's.

@@ -2,12 +2,14 @@
 
 The fetcher's loop plans before every fetch, and again each time a batch is taken from its
 buffer: ``Fetcher._get_actions_per_node`` walks every assigned partition (a worker's
-process topics and its tables' changelog partitions, which stay assigned, paused, after
-recovery: 129 with the defaults) and decides for each whether to fetch it, reset it, back
-off or wait for it to resume. Below full load that happens hundreds of times a second for
-a record or two each time: 10-11% of the worker's CPU at 40 sagas/s (py-spy, BENCHMARKS.md,
-issue 27), most of it method calls per partition (the read replica's, the leader's, the
-state's) and a debug log call per fetchable partition whether debug is on or not.
+process topics and its tables' changelog partitions, which stay assigned after recovery:
+129 with the defaults; Faust pauses the active tables' changelogs in its own set of active
+partitions, never in aiokafka's subscription, so aiokafka plans them like any other) and
+decides for each whether to fetch it, reset it, back off or wait for it to resume. Below
+full load that happens hundreds of times a second for a record or two each time: 10-11% of
+the worker's CPU at 40 sagas/s (py-spy, BENCHMARKS.md, issue 27), most of it method calls
+per partition (the read replica's, the leader's, the state's) and a debug log call per
+fetchable partition whether debug is on or not.
 
 :func:`plan_actions` is that method with the same branches in the same order and the same
 result (``tests/unit/test_fetch_planner.py`` compares the two on every branch): the leader
