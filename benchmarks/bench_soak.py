@@ -101,23 +101,22 @@ def cpu_seconds(pid: int) -> float:
 
 
 class CpuMeter:
-    """CPU seconds of a changing set of processes since the first reading: a restarted
-    worker's new process counts from its own start, so a fault never subtracts."""
+    """CPU seconds of a changing set of processes since the meter began (``pids`` then): a
+    process that appears later (a restarted worker) counts from its own start, so a fault
+    never subtracts."""
 
-    def __init__(self) -> None:
-        self._last: dict[int, float] | None = None
+    def __init__(self, pids: list[int]) -> None:
+        self._last = {pid: cpu_seconds(pid) for pid in pids}
         self.total = 0.0
 
     def read(self, pids: list[int]) -> float:
-        first = self._last is None
-        last = self._last = self._last or {}
         for pid in pids:
             try:
                 now = cpu_seconds(pid)
             except (FileNotFoundError, ProcessLookupError):
                 continue  # gone between the listing and the read: its last reading stands
-            self.total += now - last.get(pid, now if first else 0.0)
-            last[pid] = now
+            self.total += now - self._last.get(pid, 0.0)
+            self._last[pid] = now
         return self.total
 
 
@@ -165,7 +164,7 @@ class Soak:
 
     async def sample_forever(self, every: float) -> None:
         t0 = time.monotonic()
-        cpu = CpuMeter()
+        cpu = CpuMeter(self.worker_pids())
         async with httpx.AsyncClient(timeout=10) as http:
             while True:
                 row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1), "phase": self.phase}
@@ -528,16 +527,14 @@ async def main(args: argparse.Namespace) -> None:
         # retirement costs one worker"). Without --rate the max-rate phase is such a burst
         # anyway: its figures for Q1 say so.
         await run_orders(bus, tail, WARM_UP_ORDERS, args.products, args.rate or None)
-        print(
-            f"warm-up   {WARM_UP_ORDERS} orders, "
-            + (f"at {args.rate:,.1f}/s" if args.rate else "all at once")
-            + (
-                "; with the max-rate phase after it, records of a burst retire in the soak's"
-                " first minutes"
-                if args.retention_s and not args.rate
-                else ""
+        if args.rate:
+            print(f"warm-up   {WARM_UP_ORDERS} orders at {args.rate:,.1f}/s")
+        else:
+            print(
+                f"warm-up   {WARM_UP_ORDERS} orders at once; with the max-rate phase after it,"
+                " their records retire in a burst in the soak's first minutes when they retire"
+                " within it (--retention-s)"
             )
-        )
         if args.rate:
             rate = args.rate
             print(f"rate      {rate:,.1f} orders/s, given by --rate (no max-rate phase)")

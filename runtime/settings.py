@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 KafkaProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 SparkLogLevel = Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
 
 SPARK_CONF_GIVEN_BY = {
@@ -38,7 +39,6 @@ SPARK_CONF_RELIED_ON = {
 
 UTC_JVM = "-Duser.timezone=UTC"
 """Times reach JDBC as java.sql.Timestamp, read in the JVM's zone: the JVM must run in UTC."""
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class Settings(BaseSettings):
@@ -584,12 +584,7 @@ class Settings(BaseSettings):
         """JSON's true, false and numbers as Spark writes them (``"false"``, ``"8"``)."""
         if not isinstance(value, dict):
             return value
-        return {
-            key: (str(v).lower() if isinstance(v, bool) else str(v))
-            if isinstance(v, bool | int | float)
-            else v
-            for key, v in value.items()
-        }
+        return {key: _spark_text(v) for key, v in value.items()}
 
     @model_validator(mode="after")
     def _spark_conf_only_adds(self) -> Settings:
@@ -717,6 +712,12 @@ def _first_line(path: Path, setting: str) -> str:
     if not lines or not lines[0]:
         raise ValueError(f"{setting}: the first line of {path} is empty")
     return lines[0]
+
+
+def _spark_text(value: object) -> object:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int | float) else value  # others: refused as typed
 
 
 def _methods(csv: str) -> frozenset[str]:
