@@ -106,18 +106,26 @@ class CpuMeter:
     never subtracts."""
 
     def __init__(self, pids: list[int]) -> None:
-        self._last = {pid: cpu_seconds(pid) for pid in pids}
+        self._last = dict(_cpu_readings(pids))
         self.total = 0.0
 
     def read(self, pids: list[int]) -> float:
-        for pid in pids:
-            try:
-                now = cpu_seconds(pid)
-            except (FileNotFoundError, ProcessLookupError):
-                continue  # gone between the listing and the read: its last reading stands
+        for pid, now in _cpu_readings(pids):
             self.total += now - self._last.get(pid, 0.0)
             self._last[pid] = now
         return self.total
+
+
+def _cpu_readings(pids: list[int]) -> list[tuple[int, float]]:
+    """(pid, CPU seconds) of each of ``pids`` still running (one gone between the listing
+    and the read keeps its last reading)."""
+    readings = []
+    for pid in pids:
+        try:
+            readings.append((pid, cpu_seconds(pid)))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return readings
 
 
 def worker_gauges(text: str) -> dict[str, float]:
